@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs everything brig needs to build and test on Debian 12, as root. Idempotent: a package
+# already present is not fetched again, and a second run changes nothing.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  g++ cmake ninja-build ccache pkg-config git
+  # libraries (see docs/architecture.md, "Dependencies")
+  libabsl-dev libseccomp-dev libcli11-dev nlohmann-json3-dev libboost-dev libsqlite3-dev
+  libssl-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev bubblewrap python3 iproute2 procps util-linux
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,57 @@
+// brig: one executable for the CLI (and, later, the daemon and the in-sandbox agent).
+#include <cstdio>
+
+#include "CLI/CLI.hpp"
+#include "cli/commands.h"
+#include "engine/sandbox.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"brig: self-hosted sandboxes for AI agents"};
+  app.require_subcommand(1);
+  std::string state_dir = brig::DefaultStateDir();
+  app.add_option("--state-dir", state_dir, "state directory (default $BRIG_STATE_DIR or /var/lib/brig)");
+
+  brig::RunFlags run;
+  CLI::App* run_cmd = app.add_subcommand("run", "run one command in a fresh sandbox");
+  run_cmd->add_option("--memory", run.memory, "memory limit, e.g. 512M (the writable layer counts)");
+  run_cmd->add_option("--cpus", run.cpus, "CPU quota in cores, e.g. 1.5 (default: unlimited)");
+  run_cmd->add_option("--pids", run.pids, "maximum processes and threads");
+  run_cmd->add_option("--disk", run.disk, "size of the writable layer, e.g. 1G");
+  run_cmd->add_option("--timeout", run.timeout, "kill the sandbox after this long, e.g. 30s");
+  run_cmd->add_option("--env,-e", run.env, "set an environment variable, K=V (repeatable)");
+  run_cmd->add_option("--workdir,-w", run.workdir, "working directory (default: the user's home)");
+  run_cmd->add_option("--user,-u", run.user, "user or root");
+  run_cmd->add_option("--stats-file", run.stats_file, "write resource usage as JSON to this file");
+  // Everything from the first positional argument on (or after "--") is the command.
+  run_cmd->prefix_command();
+
+  app.add_subcommand("gc", "remove what crashed one-shot runs left behind");
+  app.add_subcommand("check", "check that this host can run sandboxes");
+
+  // "brig run [flags] -- CMD ARGS": everything after the first "--" is the command, verbatim.
+  std::vector<std::string> after_dashes;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--") {
+      after_dashes.assign(argv + i + 1, argv + argc);
+      argc = i;
+      break;
+    }
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "brig: %s\n", e.what());
+    return brig::kExitBrigError;
+  }
+  run.state_dir = state_dir;
+  if (run_cmd->parsed()) {
+    run.command = run_cmd->remaining();
+    run.command.insert(run.command.end(), after_dashes.begin(), after_dashes.end());
+    return brig::RunCommand(run);
+  }
+  if (app.got_subcommand("gc")) return brig::GcCommand(state_dir);
+  if (app.got_subcommand("check")) return brig::CheckCommand(state_dir);
+  return brig::kExitBrigError;
+}

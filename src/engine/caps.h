@@ -1,0 +1,20 @@
+// Capabilities and identity of a sandboxed command: the bounded capability set a sandbox's
+// root keeps, and the switch to the command's uid/gid.
+//
+// Restricted-zone code (no allocation). Capabilities here are those of the sandbox's user
+// namespace: they never act on the host's resources.
+#pragma once
+
+#include <sys/types.h>
+
+namespace brig {
+
+// Removes every capability outside the kept set (chown, dac_override, fowner, fsetid, kill,
+// setgid, setuid, setpcap, net_bind_service) from the bounding set, and clears the ambient
+// and inheritable sets. After exec, root holds only the kept set; other users hold none.
+int BoundCapabilities();
+
+// setgroups + setresgid + setresuid to the given identity. Returns -1 with errno on failure.
+int SwitchIdentity(uid_t uid, gid_t gid);
+
+}  // namespace brig

@@ -1,0 +1,53 @@
+// The inside of a sandbox: what its PID 1 does, from the moment clone3 returns to the moment
+// the sandbox's command exits. Every function here is restricted-zone code (restricted.h).
+//
+// PID 1, in order:
+//   1. wait for the launcher (id maps written, cgroups joined, template layers sent)
+//   2. become root of the user namespace; enter a cgroup namespace rooted at its own cgroup
+//   3. build the root filesystem and pivot into it (mounts.h)
+//   4. bring up loopback; set the hostname
+//   5. fork the command, which bounds its capabilities, switches user, applies rlimits,
+//      Landlock, no_new_privs and seccomp (in that order: each later step needs the earlier
+//      ones' privileges gone or set), then execs
+//   6. reap every process, forward the launcher's signals to the command's process group, and
+//      report the command's wait status; exiting then kills whatever is left in the sandbox.
+#pragma once
+
+#include <linux/filter.h>
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/mounts.h"
+
+namespace brig {
+
+struct CommandPlan {
+  std::vector<std::string> candidates;  // absolute paths to try with execve, in PATH order
+  std::vector<std::string> argv_storage, env_storage;
+  std::vector<char*> argv, envp;        // NULL-terminated views of the storage
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string workdir;
+  uint64_t open_files = 1024;
+  int landlock_abi = 0;
+  sock_fprog seccomp = {};              // points into ChildPlan::filter
+};
+
+struct ChildPlan {
+  int control_fd = -1;  // PID 1's end of the SOCK_SEQPACKET pair with the launcher
+  RootfsPlan rootfs;
+  std::string hostname;
+  std::vector<sock_filter> filter;
+  CommandPlan command;
+};
+
+// Makes the NULL-terminated argv/envp views and the seccomp program point into `plan`. Call once
+// the plan is at its final address (it is not movable afterwards).
+void FinalizePlan(ChildPlan& plan);
+
+// PID 1's entry point, right after clone3. Never returns.
+[[noreturn]] void SandboxInitMain(const ChildPlan& plan);
+
+}  // namespace brig

@@ -1,0 +1,316 @@
+#include "engine/sandbox.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "base/files.h"
+#include "engine/child.h"
+#include "engine/landlock.h"
+#include "engine/mounts.h"
+#include "engine/restricted.h"
+#include "engine/seccomp.h"
+#include "engine/template.h"
+
+namespace brig {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr absl::string_view kOneShotPrefix = "brig-run-";
+
+std::string OneShotCgroupName(const std::string& id) {
+  return absl::StrCat(kOneShotPrefix, ::getpid(), "-", id);
+}
+
+// execvp's search, done here so the restricted zone only has to try paths.
+std::vector<std::string> ExecCandidates(const std::string& command,
+                                        const std::vector<std::string>& env) {
+  if (command.find('/') != std::string::npos) return {command};
+  std::string path_var = "/usr/local/bin:/usr/bin:/bin";
+  for (const std::string& kv : env) {
+    if (kv.rfind("PATH=", 0) == 0) path_var = kv.substr(5);
+  }
+  std::vector<std::string> out;
+  for (absl::string_view dir : absl::StrSplit(path_var, ':')) {
+    out.push_back(absl::StrCat(dir.empty() ? "." : dir, "/", command));
+  }
+  return out;
+}
+
+std::unique_ptr<ChildPlan> MakeChildPlan(const std::string& state_dir, const SandboxSpec& spec,
+                                         const ProcessSpec& process,
+                                         const std::vector<sock_filter>& filter) {
+  auto plan = std::make_unique<ChildPlan>();
+  plan->hostname = spec.id;
+  plan->rootfs = MakeRootfsPlan(state_dir + "/mnt", spec.limits.disk_bytes, plan->hostname);
+  plan->filter = filter;
+  CommandPlan& c = plan->command;
+  UserIdentity who = IdentityOf(process.user);
+  c.uid = who.uid;
+  c.gid = who.gid;
+  c.workdir = process.workdir.empty() ? who.home : process.workdir;
+  c.open_files = spec.limits.open_files;
+  c.landlock_abi = LandlockAbi();
+  c.argv_storage = process.argv;
+  c.env_storage = BuildEnvironment(process, plan->hostname);
+  c.candidates = ExecCandidates(process.argv[0], c.env_storage);
+  FinalizePlan(*plan);
+  return plan;
+}
+
+absl::Status SendGo(int control_fd, const LayerMounts& layers) {
+  char byte = 'g';
+  iovec iov = {&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+  int fds[2] = {layers.skeleton.get(), layers.usr.get()};
+  std::memcpy(CMSG_DATA(c), fds, sizeof fds);
+  if (::sendmsg(control_fd, &msg, MSG_NOSIGNAL) != 1) return ErrnoError("sendmsg", "go to PID 1");
+  return absl::OkStatus();
+}
+
+absl::Status StepError(const ChildReport& report) {
+  return ErrnoError(absl::StrCat("sandbox setup failed at step \"",
+                                 StepName(static_cast<Step>(report.step)), "\""),
+                    "", report.error);
+}
+
+}  // namespace
+
+int ExitCodeFor(const RunOutcome& outcome) {
+  switch (outcome.kind) {
+    case RunOutcome::Kind::kExited: return outcome.exit_code;
+    case RunOutcome::Kind::kSignaled: return 128 + outcome.signal;
+    case RunOutcome::Kind::kTimedOut: return kExitTimedOut;
+    case RunOutcome::Kind::kOutOfMemory: return kExitOutOfMemory;
+    case RunOutcome::Kind::kSetupFailed: return kExitBrigError;
+    case RunOutcome::Kind::kExecFailed:
+      return absl::IsNotFound(outcome.error) ? kExitNotFound : kExitNotExecutable;
+  }
+  return kExitBrigError;
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& state_dir) {
+  if (state_dir.empty() || state_dir[0] != '/') {
+    return absl::InvalidArgumentError("the state directory must be an absolute path");
+  }
+  // The state dir is traversable (not listable) by others: a sandbox's PID 1, already mapped
+  // to its unprivileged uid, must reach the empty mount point <state>/mnt. Files inside that
+  // matter are themselves 0600.
+  BRIG_RETURN_IF_ERROR(MakeDirs(state_dir + "/mnt", 0755));
+  if (::chmod(state_dir.c_str(), 0711) != 0) return ErrnoError("chmod", state_dir);
+  BRIG_ASSIGN_OR_RETURN(CgroupHost cgroups, CgroupHost::Detect());
+  BRIG_ASSIGN_OR_RETURN(std::vector<sock_filter> filter, CompileSandboxFilter());
+  return std::unique_ptr<Engine>(new Engine(state_dir, std::move(cgroups), std::move(filter)));
+}
+
+absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Launch(SandboxSpec spec,
+                                                        ProcessSpec process) const {
+  BRIG_RETURN_IF_ERROR(Validate(spec, process));
+  if (spec.id.empty()) spec.id = NewSandboxId();
+  std::unique_ptr<Sandbox> sandbox(new Sandbox());
+  sandbox->id_ = spec.id;
+
+  // 1. The root filesystem's read-only layers.
+  BRIG_ASSIGN_OR_RETURN(TemplatePaths layers, EnsureTemplate(state_dir_, spec.template_name));
+  // 2. A host uid/gid range of its own.
+  BRIG_ASSIGN_OR_RETURN(IdRange ids, IdRange::Allocate(state_dir_ + "/uid-slots"));
+  sandbox->ids_.emplace(std::move(ids));
+  // 3. A cgroup with its limits, beneath brig's own.
+  BRIG_ASSIGN_OR_RETURN(sandbox->cgroup_, cgroups_.Create(OneShotCgroupName(spec.id), spec.limits));
+  // 4. Everything PID 1 will need, prepared now: it may not allocate.
+  std::unique_ptr<ChildPlan> plan = MakeChildPlan(state_dir_, spec, process, filter_);
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+    return ErrnoError("socketpair", "PID 1 control");
+  }
+  sandbox->control_.reset(pair[0]);
+  UniqueFd child_end(pair[1]);
+  plan->control_fd = child_end.get();
+
+  // 5. PID 1, in new user, mount, PID, network, IPC and UTS namespaces (cgroup comes later,
+  //    once it sits in its cgroup). It waits for step 8 before doing anything.
+  clone_args args = {};
+  int pidfd = -1;
+  args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+               CLONE_NEWUTS | CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+  args.exit_signal = SIGCHLD;
+  if (int cgroup_fd = sandbox->cgroup_->clone_into_fd(); cgroup_fd >= 0) {
+    args.flags |= CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<uint64_t>(cgroup_fd);
+  }
+  long pid = ::syscall(SYS_clone3, &args, sizeof args);
+  if (pid == 0) SandboxInitMain(*plan);
+  if (pid < 0) return ErrnoError("clone3", "sandbox namespaces");
+  sandbox->pid_ = static_cast<pid_t>(pid);
+  sandbox->pidfd_.reset(pidfd);
+  sandbox->started_ = Clock::now();
+  if (spec.timeout) sandbox->deadline_ = sandbox->started_ + *spec.timeout;
+  child_end.reset();
+
+  // 6. Map its users to the range; 7. put it in its cgroup.
+  BRIG_RETURN_IF_ERROR(sandbox->ids_->WriteMaps(sandbox->pid_));
+  if (args.cgroup == 0) BRIG_RETURN_IF_ERROR(sandbox->cgroup_->Attach(sandbox->pid_));
+  // 8. Hand it the template layers, id-mapped for its user namespace, and let it go.
+  BRIG_ASSIGN_OR_RETURN(UniqueFd userns,
+                        OpenFd(absl::StrCat("/proc/", sandbox->pid_, "/ns/user"), O_RDONLY));
+  BRIG_ASSIGN_OR_RETURN(LayerMounts mounts, OpenLayers(layers, userns.get()));
+  BRIG_RETURN_IF_ERROR(SendGo(sandbox->control_.get(), mounts));
+  return sandbox;
+}
+
+absl::Status Engine::SweepStale() const {
+  absl::Status first;
+  for (const std::string& parent : cgroups_.ParentDirs()) {
+    DIR* dir = ::opendir(parent.c_str());
+    if (dir == nullptr) continue;
+    std::vector<std::string> stale;
+    while (dirent* e = ::readdir(dir)) {
+      absl::string_view name = e->d_name;
+      if (name.rfind(kOneShotPrefix, 0) != 0) continue;
+      absl::string_view rest = name.substr(kOneShotPrefix.size());
+      int owner = 0;
+      if (!absl::SimpleAtoi(rest.substr(0, rest.find('-')), &owner) || owner <= 0) continue;
+      if (::kill(owner, 0) != 0 && errno == ESRCH) stale.emplace_back(name);
+    }
+    ::closedir(dir);
+    for (const std::string& name : stale) {
+      absl::Status s = cgroups_.RemoveStale(name);
+      if (first.ok()) first = s;
+    }
+  }
+  return first;
+}
+
+Sandbox::~Sandbox() {
+  if (pid_ > 0 && !reaped_) {
+    ::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
+    siginfo_t info;
+    while (::waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED) != 0 &&
+           errno == EINTR) {
+    }
+  }
+  // cgroup_'s destructor kills anything left and removes the directories.
+}
+
+absl::Status Sandbox::Signal(int sig) {
+  if (::syscall(SYS_pidfd_send_signal, pidfd_.get(), sig, nullptr, 0) != 0) {
+    return ErrnoError("pidfd_send_signal", absl::StrCat("PID 1 of ", id_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Sandbox::Kill() {
+  // SIGKILL to PID 1 tears down the whole PID namespace; the cgroup catches anything else.
+  absl::Status s = Signal(SIGKILL);
+  absl::Status c = cgroup_->KillAll();
+  return s.ok() ? c : s;
+}
+
+void Sandbox::HandleReport(const ChildReport& report) {
+  switch (report.kind) {
+    case ChildReport::kSetupFailed: setup_error_ = StepError(report); break;
+    case ChildReport::kExecFailed:
+      exec_errno_ = report.error;
+      exec_error_ = ErrnoError("exec", "", report.error);
+      break;
+    case ChildReport::kCommandExited: command_status_ = report.wait_status; break;
+    default: break;
+  }
+}
+
+RunOutcome Sandbox::Wait(int forward_signals_fd) {
+  bool timed_out = false;
+  siginfo_t init_info = {};
+  pollfd fds[3] = {{pidfd_.get(), POLLIN, 0},
+                   {control_.get(), POLLIN, 0},
+                   {forward_signals_fd, POLLIN, 0}};
+  auto drain_reports = [&] {
+    ChildReport report;
+    while (::recv(control_.get(), &report, sizeof report, MSG_DONTWAIT) == sizeof report) {
+      HandleReport(report);
+    }
+  };
+  while (!reaped_) {
+    int timeout_ms = -1;
+    if (deadline_ && !timed_out) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline_ - Clock::now());
+      if (left.count() <= 0) {
+        timed_out = true;
+        (void)Kill();
+        continue;
+      }
+      timeout_ms = static_cast<int>(std::min<int64_t>(left.count(), 1 << 30));
+    }
+    int n = ::poll(fds, 3, timeout_ms);
+    if (n < 0 && errno != EINTR) break;
+    if (fds[1].revents != 0) {
+      drain_reports();
+      if (fds[1].revents & (POLLHUP | POLLERR)) fds[1].fd = -1;
+    }
+    if (fds[2].revents & POLLIN) {
+      signalfd_siginfo si;
+      if (::read(forward_signals_fd, &si, sizeof si) == sizeof si) {
+        (void)Signal(static_cast<int>(si.ssi_signo));
+      }
+    }
+    if (fds[0].revents & POLLIN) {
+      if (::waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &init_info, WEXITED) == 0) {
+        reaped_ = true;
+      }
+    }
+  }
+  drain_reports();
+
+  RunOutcome out;
+  out.wall = Clock::now() - started_;
+  if (absl::StatusOr<CgroupUsage> usage = cgroup_->ReadUsage(); usage.ok()) out.usage = *usage;
+  (void)cgroup_->Remove();
+  if (timed_out) {
+    out.kind = RunOutcome::Kind::kTimedOut;
+  } else if (setup_error_) {
+    out.kind = RunOutcome::Kind::kSetupFailed;
+    out.error = *setup_error_;
+  } else if (exec_error_) {
+    out.kind = RunOutcome::Kind::kExecFailed;
+    out.error = *exec_error_;
+  } else if (command_status_ && WIFEXITED(*command_status_)) {
+    out.kind = RunOutcome::Kind::kExited;
+    out.exit_code = WEXITSTATUS(*command_status_);
+  } else {
+    // Killed by a signal, or PID 1 itself died before reporting (killed from outside, or by
+    // the OOM killer).
+    out.signal = command_status_ ? WTERMSIG(*command_status_)
+                                 : (init_info.si_code == CLD_EXITED ? 0 : init_info.si_status);
+    bool oom = out.usage.oom_kills > 0 && (out.signal == SIGKILL || !command_status_);
+    out.kind = oom ? RunOutcome::Kind::kOutOfMemory : RunOutcome::Kind::kSignaled;
+    if (!command_status_ && !oom && init_info.si_code == CLD_EXITED) {
+      out.kind = RunOutcome::Kind::kSetupFailed;
+      out.error = absl::InternalError("the sandbox's PID 1 exited without a report");
+    }
+  }
+  return out;
+}
+
+}  // namespace brig

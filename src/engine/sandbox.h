@@ -1,0 +1,111 @@
+// The isolation engine's front door: Engine launches sandboxes; Sandbox is one running sandbox.
+//
+// Engine::Launch reads as the ordered list of what a sandbox is made of (see sandbox.cc):
+// validate, template, uid range, cgroup, child plan, clone3 into new namespaces, id maps,
+// cgroup attach, template layers, go. Every resource acquired on the way is owned by an RAII
+// object, so a failure at any step, or the launcher's death (PID 1 has PDEATHSIG and the
+// kernel tears down its PID and mount namespaces), leaves nothing behind but a cgroup
+// directory, which Engine::SweepStale removes on the next start.
+//
+// Thread-safety: Engine is immutable after Open and may launch from several threads. A Sandbox
+// is driven by one thread at a time.
+#pragma once
+
+#include <linux/filter.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "base/unique_fd.h"
+#include "engine/cgroups.h"
+#include "engine/spec.h"
+#include "engine/userns.h"
+
+namespace brig {
+
+// How the sandbox's command ended, and what it used.
+struct RunOutcome {
+  enum class Kind { kExited, kSignaled, kTimedOut, kOutOfMemory, kSetupFailed, kExecFailed };
+  Kind kind = Kind::kExited;
+  int exit_code = 0;    // kExited
+  int signal = 0;       // kSignaled, kOutOfMemory (the signal that ended it)
+  absl::Status error;   // kSetupFailed, kExecFailed: which step and why
+  CgroupUsage usage;
+  std::chrono::nanoseconds wall{0};
+};
+
+// Exit codes `brig run` uses besides the command's own (docs/architecture.md).
+inline constexpr int kExitTimedOut = 124;
+inline constexpr int kExitBrigError = 125;
+inline constexpr int kExitNotExecutable = 126;
+inline constexpr int kExitNotFound = 127;
+inline constexpr int kExitOutOfMemory = 123;
+int ExitCodeFor(const RunOutcome& outcome);
+
+class Sandbox;
+
+class Engine {
+ public:
+  // Prepares <state_dir> (created if missing) and detects the host's cgroup layout.
+  static absl::StatusOr<std::unique_ptr<Engine>> Open(const std::string& state_dir);
+
+  absl::StatusOr<std::unique_ptr<Sandbox>> Launch(SandboxSpec sandbox, ProcessSpec process) const;
+
+  // Removes cgroups of one-shot sandboxes whose launcher died without cleaning up.
+  absl::Status SweepStale() const;
+
+  const CgroupHost& cgroups() const { return cgroups_; }
+  const std::string& state_dir() const { return state_dir_; }
+
+ private:
+  Engine(std::string state_dir, CgroupHost cgroups, std::vector<sock_filter> filter)
+      : state_dir_(std::move(state_dir)), cgroups_(std::move(cgroups)), filter_(std::move(filter)) {}
+  std::string state_dir_;
+  CgroupHost cgroups_;
+  std::vector<sock_filter> filter_;  // compiled once per Engine
+};
+
+class Sandbox {
+ public:
+  ~Sandbox();  // kills whatever still runs, reaps PID 1, removes the cgroup
+  Sandbox(const Sandbox&) = delete;
+  Sandbox& operator=(const Sandbox&) = delete;
+
+  const std::string& id() const { return id_; }
+  pid_t init_pid() const { return pid_; }
+  const SandboxCgroup& cgroup() const { return *cgroup_; }
+
+  // Sends `sig` to PID 1, which forwards it to the command's process group.
+  absl::Status Signal(int sig);
+  // Kills every process of the sandbox.
+  absl::Status Kill();
+
+  // Waits until the command ends or the sandbox's timeout passes (then kills it). When
+  // `forward_signals_fd` is a signalfd, signals read from it are forwarded with Signal().
+  RunOutcome Wait(int forward_signals_fd = -1);
+
+ private:
+  friend class Engine;
+  Sandbox() = default;
+  void HandleReport(const struct ChildReport& report);
+
+  std::string id_;
+  pid_t pid_ = -1;
+  UniqueFd pidfd_;
+  UniqueFd control_;  // launcher's end of the SOCK_SEQPACKET pair with PID 1
+  std::unique_ptr<SandboxCgroup> cgroup_;
+  std::optional<IdRange> ids_;
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
+  std::chrono::steady_clock::time_point started_;
+  bool reaped_ = false;
+  // What PID 1 reported so far.
+  std::optional<absl::Status> setup_error_, exec_error_;
+  int exec_errno_ = 0;
+  std::optional<int> command_status_;
+};
+
+}  // namespace brig
