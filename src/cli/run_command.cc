@@ -108,7 +108,6 @@ int RunCommand(const RunFlags& flags) {
   if (!specs.ok()) return Fail(specs.status());
   auto engine = Engine::Open(flags.state_dir);
   if (!engine.ok()) return Fail(engine.status());
-  (void)(*engine)->SweepStale();
 
   // Signals meant for the command are taken synchronously and forwarded to it.
   sigset_t forwarded;
@@ -120,6 +119,9 @@ int RunCommand(const RunFlags& flags) {
 
   auto sandbox = (*engine)->Launch(specs->first, specs->second);
   if (!sandbox.ok()) return Fail(sandbox.status());
+  // Cleaning up after crashed runs costs nothing here: the sandbox is building itself on the
+  // other core meanwhile.
+  (void)(*engine)->SweepStale();
   RunOutcome out = (*sandbox)->Wait(signals.get());
   std::string id = (*sandbox)->id();
   sandbox->reset();

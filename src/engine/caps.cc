@@ -19,8 +19,8 @@ constexpr unsigned long long kKept =
 
 }  // namespace
 
-int BoundCapabilities() {
-  for (int cap = 0; cap < 64; ++cap) {
+int BoundCapabilities(int last_capability) {
+  for (int cap = 0; cap <= last_capability; ++cap) {
     if (kKept & (1ull << cap)) continue;
     if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return -1;
   }

@@ -12,7 +12,7 @@ namespace brig {
 // Removes every capability outside the kept set (chown, dac_override, fowner, fsetid, kill,
 // setgid, setuid, setpcap, net_bind_service) from the bounding set, and clears the ambient
 // and inheritable sets. After exec, root holds only the kept set; other users hold none.
-int BoundCapabilities();
+int BoundCapabilities(int last_capability);
 
 // setgroups + setresgid + setresuid to the given identity. Returns -1 with errno on failure.
 int SwitchIdentity(uid_t uid, gid_t gid);

@@ -90,8 +90,8 @@ bool KillThroughCgroupKill(const std::string& v2_dir) {
 
 class CgroupV1 final : public SandboxCgroup {
  public:
-  CgroupV1(std::map<std::string, std::string> dirs, std::string unified)
-      : dirs_(std::move(dirs)), unified_(std::move(unified)) {}
+  CgroupV1(std::map<std::string, std::string> dirs, std::string unified, UniqueFd unified_fd)
+      : dirs_(std::move(dirs)), unified_(std::move(unified)), unified_fd_(std::move(unified_fd)) {}
   ~CgroupV1() override { (void)Remove(); }
 
   absl::Status Attach(pid_t pid) override {
@@ -102,7 +102,13 @@ class CgroupV1 final : public SandboxCgroup {
     return absl::OkStatus();
   }
 
-  int clone_into_fd() const override { return -1; }
+  int clone_into_fd() const override { return unified_fd_.get(); }
+
+  std::vector<std::string> self_attach_files() const override {
+    std::set<std::string> unique;
+    for (const auto& [controller, dir] : dirs_) unique.insert(dir + "/tasks");
+    return {unique.begin(), unique.end()};
+  }
 
   absl::Status KillAll() override {
     if (KillThroughCgroupKill(unified_)) return absl::OkStatus();
@@ -121,8 +127,10 @@ class CgroupV1 final : public SandboxCgroup {
     u.cpu_usec = ReadNumber(dirs_.at("cpuacct") + "/cpuacct.usage") / 1000;
     u.memory_peak_bytes = ReadNumber(dirs_.at("memory") + "/memory.max_usage_in_bytes");
     u.oom_kills = ReadKeyedValue(dirs_.at("memory") + "/memory.oom_control", "oom_kill");
-    u.nr_throttled = ReadKeyedValue(dirs_.at("cpu") + "/cpu.stat", "nr_throttled");
-    u.throttled_usec = ReadKeyedValue(dirs_.at("cpu") + "/cpu.stat", "throttled_time") / 1000;
+    if (auto cpu = dirs_.find("cpu"); cpu != dirs_.end()) {
+      u.nr_throttled = ReadKeyedValue(cpu->second + "/cpu.stat", "nr_throttled");
+      u.throttled_usec = ReadKeyedValue(cpu->second + "/cpu.stat", "throttled_time") / 1000;
+    }
     return u;
   }
 
@@ -130,6 +138,7 @@ class CgroupV1 final : public SandboxCgroup {
     if (removed_) return absl::OkStatus();
     removed_ = true;
     (void)KillAll();
+    unified_fd_.reset();
     absl::Status first;
     for (const std::string& dir : Paths()) {
       absl::Status s = WaitEmptyAndRemove(dir);
@@ -170,6 +179,7 @@ class CgroupV1 final : public SandboxCgroup {
  private:
   std::map<std::string, std::string> dirs_;  // controller -> this sandbox's directory
   std::string unified_;                      // hybrid hosts: the v2 directory, for cgroup.kill
+  UniqueFd unified_fd_;
   bool removed_ = false;
 };
 
@@ -182,6 +192,7 @@ class CgroupV2 final : public SandboxCgroup {
     return WriteKernelFile(dir_ + "/cgroup.procs", std::to_string(pid));
   }
   int clone_into_fd() const override { return dir_fd_.get(); }
+  std::vector<std::string> self_attach_files() const override { return {}; }
 
   absl::Status KillAll() override {
     if (!KillThroughCgroupKill(dir_)) KillListed(dir_);
@@ -356,7 +367,8 @@ absl::StatusOr<CgroupHost> CgroupHost::Detect() {
 }
 
 absl::StatusOr<std::unique_ptr<SandboxCgroup>> CgroupHost::Create(const std::string& name,
-                                                                  const Limits& limits) const {
+                                                                  const Limits& limits,
+                                                                  bool freezable) const {
   if (mode_ == Mode::kV2) {
     std::string dir = v2_dir_ + "/" + name;
     BRIG_RETURN_IF_ERROR(MakeCgroupDir(dir));
@@ -377,6 +389,8 @@ absl::StatusOr<std::unique_ptr<SandboxCgroup>> CgroupHost::Create(const std::str
     return s;
   };
   for (const auto& [controller, own] : v1_dirs_) {
+    if (controller == "cpu" && limits.cpus <= 0) continue;
+    if (controller == "freezer" && !freezable) continue;
     std::string dir = own + "/" + name;
     if (!made.count(dir)) {
       absl::Status s = MakeCgroupDir(dir);
@@ -385,12 +399,17 @@ absl::StatusOr<std::unique_ptr<SandboxCgroup>> CgroupHost::Create(const std::str
     }
     dirs[controller] = dir;
   }
-  if (!v2_dir_.empty()) {
+  UniqueFd unified_fd;
+  if (!v2_dir_.empty() && freezable) {
     unified = v2_dir_ + "/" + name;
     absl::Status s = MakeCgroupDir(unified);
     if (!s.ok()) return cleanup_on_error(s);
+    made.insert(unified);
+    absl::StatusOr<UniqueFd> fd = OpenFd(unified, O_RDONLY | O_DIRECTORY);
+    if (!fd.ok()) return cleanup_on_error(fd.status());
+    unified_fd = std::move(*fd);
   }
-  auto cgroup = std::make_unique<CgroupV1>(std::move(dirs), std::move(unified));
+  auto cgroup = std::make_unique<CgroupV1>(std::move(dirs), std::move(unified), std::move(unified_fd));
   BRIG_RETURN_IF_ERROR(cgroup->ApplyLimits(limits));
   return cgroup;
 }

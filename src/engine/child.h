@@ -2,7 +2,8 @@
 // the sandbox's command exits. Every function here is restricted-zone code (restricted.h).
 //
 // PID 1, in order:
-//   1. wait for the launcher (id maps written, cgroups joined, template layers sent)
+//   1. join its v1 cgroups (while still the launcher's uid), then wait for the launcher (id maps
+//      written, template layers sent)
 //   2. become root of the user namespace; enter a cgroup namespace rooted at its own cgroup
 //   3. build the root filesystem and pivot into it (mounts.h)
 //   4. bring up loopback; set the hostname
@@ -31,12 +32,15 @@ struct CommandPlan {
   gid_t gid = 0;
   std::string workdir;
   uint64_t open_files = 1024;
+  int stdio[3] = {-1, -1, -1};          // dup2'ed onto 0, 1, 2 when >= 0
   int landlock_abi = 0;
+  int last_capability = 40;             // /proc/sys/kernel/cap_last_cap
   sock_fprog seccomp = {};              // points into ChildPlan::filter
 };
 
 struct ChildPlan {
   int control_fd = -1;  // PID 1's end of the SOCK_SEQPACKET pair with the launcher
+  std::vector<std::string> cgroup_tasks_files;  // v1 cgroups PID 1 joins itself (cgroups.h)
   RootfsPlan rootfs;
   std::string hostname;
   std::vector<sock_filter> filter;

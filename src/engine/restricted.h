@@ -13,6 +13,7 @@ namespace brig {
 
 enum class Step : int32_t {
   kNone = 0,
+  kJoinCgroups,
   kWaitForLauncher,
   kBecomeRoot,
   kCgroupNamespace,
@@ -33,6 +34,7 @@ enum class Step : int32_t {
   kHostname,
   kBlockSignals,
   kForkCommand,
+  kStdio,
   kSession,
   kOomScore,
   kRlimits,

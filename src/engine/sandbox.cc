@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "base/files.h"
@@ -49,6 +50,16 @@ std::vector<std::string> ExecCandidates(const std::string& command,
   return out;
 }
 
+int LastCapability() {
+  static const int last = [] {
+    int value = 63;
+    absl::StatusOr<std::string> text = ReadFile("/proc/sys/kernel/cap_last_cap");
+    if (text.ok()) (void)absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &value);
+    return value;
+  }();
+  return last;
+}
+
 std::unique_ptr<ChildPlan> MakeChildPlan(const std::string& state_dir, const SandboxSpec& spec,
                                          const ProcessSpec& process,
                                          const std::vector<sock_filter>& filter) {
@@ -62,7 +73,9 @@ std::unique_ptr<ChildPlan> MakeChildPlan(const std::string& state_dir, const San
   c.gid = who.gid;
   c.workdir = process.workdir.empty() ? who.home : process.workdir;
   c.open_files = spec.limits.open_files;
+  for (int n = 0; n < 3; ++n) c.stdio[n] = process.stdio[n];
   c.landlock_abi = LandlockAbi();
+  c.last_capability = LastCapability();
   c.argv_storage = process.argv;
   c.env_storage = BuildEnvironment(process, plan->hostname);
   c.candidates = ExecCandidates(process.argv[0], c.env_storage);
@@ -131,15 +144,18 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Launch(SandboxSpec spec,
   std::unique_ptr<Sandbox> sandbox(new Sandbox());
   sandbox->id_ = spec.id;
 
-  // 1. The root filesystem's read-only layers.
-  BRIG_ASSIGN_OR_RETURN(TemplatePaths layers, EnsureTemplate(state_dir_, spec.template_name));
+  // 1. The template must exist (checked now; opened once PID 1 exists, see 7).
+  if (spec.template_name != "base") {
+    return absl::NotFoundError(absl::StrCat("template \"", spec.template_name, "\" does not exist"));
+  }
   // 2. A host uid/gid range of its own.
   BRIG_ASSIGN_OR_RETURN(IdRange ids, IdRange::Allocate(state_dir_ + "/uid-slots"));
   sandbox->ids_.emplace(std::move(ids));
   // 3. A cgroup with its limits, beneath brig's own.
-  BRIG_ASSIGN_OR_RETURN(sandbox->cgroup_, cgroups_.Create(OneShotCgroupName(spec.id), spec.limits));
+  BRIG_ASSIGN_OR_RETURN(sandbox->cgroup_, cgroups_.Create(OneShotCgroupName(spec.id), spec.limits, /*freezable=*/false));
   // 4. Everything PID 1 will need, prepared now: it may not allocate.
   std::unique_ptr<ChildPlan> plan = MakeChildPlan(state_dir_, spec, process, filter_);
+  plan->cgroup_tasks_files = sandbox->cgroup_->self_attach_files();
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
     return ErrnoError("socketpair", "PID 1 control");
@@ -149,7 +165,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Launch(SandboxSpec spec,
   plan->control_fd = child_end.get();
 
   // 5. PID 1, in new user, mount, PID, network, IPC and UTS namespaces (cgroup comes later,
-  //    once it sits in its cgroup). It waits for step 8 before doing anything.
+  //    once it sits in its cgroup). It waits for step 7 before building anything.
   clone_args args = {};
   int pidfd = -1;
   args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
@@ -169,10 +185,11 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Launch(SandboxSpec spec,
   if (spec.timeout) sandbox->deadline_ = sandbox->started_ + *spec.timeout;
   child_end.reset();
 
-  // 6. Map its users to the range; 7. put it in its cgroup.
+  // 6. Map its users to the range (it joins its v1 cgroups meanwhile, see cgroups.h).
   BRIG_RETURN_IF_ERROR(sandbox->ids_->WriteMaps(sandbox->pid_));
-  if (args.cgroup == 0) BRIG_RETURN_IF_ERROR(sandbox->cgroup_->Attach(sandbox->pid_));
-  // 8. Hand it the template layers, id-mapped for its user namespace, and let it go.
+  // 7. Hand it the template layers, id-mapped for its user namespace, and let it go. (Checking
+  //    the template here rather than first overlaps it with PID 1 joining its cgroups.)
+  BRIG_ASSIGN_OR_RETURN(TemplatePaths layers, EnsureTemplate(state_dir_, spec.template_name));
   BRIG_ASSIGN_OR_RETURN(UniqueFd userns,
                         OpenFd(absl::StrCat("/proc/", sandbox->pid_, "/ns/user"), O_RDONLY));
   BRIG_ASSIGN_OR_RETURN(LayerMounts mounts, OpenLayers(layers, userns.get()));

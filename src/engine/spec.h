@@ -40,6 +40,9 @@ struct ProcessSpec {
   std::vector<std::string> env;   // "K=V" entries added to (and overriding) the defaults
   std::string workdir;            // empty: the user's home
   SandboxUser user = SandboxUser::kUser;
+  // The command's stdin, stdout and stderr: descriptors of the launcher, borrowed until Launch
+  // returns. -1 inherits the launcher's own 0, 1 or 2 (as `brig run` does).
+  int stdio[3] = {-1, -1, -1};
 };
 
 struct SandboxSpec {

@@ -1,0 +1,48 @@
+// Benchmark: the isolation engine alone, in-process: Engine::Launch + Wait of /bin/true,
+// without the cost of starting the brig executable. Reports p50/p95/p99.
+//
+// Usage: engine_launch [--iterations N] [--state-dir DIR]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "engine/sandbox.h"
+
+int main(int argc, char** argv) {
+  int iterations = 200;
+  std::string state_dir = "/tmp/brig-bench-state";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--iterations")) iterations = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--state-dir")) state_dir = argv[i + 1];
+  }
+  auto engine = brig::Engine::Open(state_dir);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "%s\n", engine.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<double> ms;
+  int errors = 0;
+  for (int i = 0; i < iterations + 10; ++i) {
+    brig::SandboxSpec spec;
+    brig::ProcessSpec process;
+    process.argv = {"/bin/true"};
+    auto start = std::chrono::steady_clock::now();
+    auto sandbox = (*engine)->Launch(spec, process);
+    if (!sandbox.ok()) {
+      ++errors;
+      continue;
+    }
+    brig::RunOutcome out = (*sandbox)->Wait();
+    sandbox->reset();
+    double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (out.kind != brig::RunOutcome::Kind::kExited || out.exit_code != 0) ++errors;
+    else if (i >= 10) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  auto pct = [&](double p) { return ms.empty() ? 0 : ms[std::min(ms.size() - 1, size_t(p / 100 * (ms.size() - 1) + 0.5))]; };
+  std::printf("| engine: Launch+Wait of /bin/true | %.2f | %.2f | %.2f | %zu | %d |\n", pct(50), pct(95), pct(99), ms.size(), errors);
+  return errors == 0 ? 0 : 1;
+}
