@@ -53,8 +53,11 @@ absl::Status WriteFileAtomic(const std::string& path, absl::string_view content,
       }
       done += static_cast<size_t>(n);
     }
-    if (::fchmod(fd.get(), mode) != 0) return ErrnoError("fchmod", tmp);
-    if (::fsync(fd.get()) != 0) return ErrnoError("fsync", tmp);
+    if (::fchmod(fd.get(), mode) != 0 || ::fsync(fd.get()) != 0) {
+      absl::Status failed = ErrnoError("fchmod/fsync", tmp);
+      ::unlink(tmp.c_str());
+      return failed;
+    }
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;

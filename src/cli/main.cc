@@ -1,9 +1,35 @@
 // brig: one executable for the CLI (and, later, the daemon and the in-sandbox agent).
 #include <cstdio>
+#include <set>
+#include <string>
 
 #include "CLI/CLI.hpp"
 #include "cli/commands.h"
 #include "engine/sandbox.h"
+
+namespace {
+
+// The index of the "--" that ends `run`'s flags, or -1. Scanning stops at the first argument
+// that is neither a flag nor a flag's value: that is where the command starts.
+int FindCommandSeparator(int argc, char** argv) {
+  static const std::set<std::string> kTakesValue = {
+      "--state-dir", "--memory", "--cpus", "--pids", "--disk", "--timeout", "--env", "-e",
+      "--workdir", "-w", "--user", "-u", "--stats-file"};
+  bool in_run = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") return in_run ? i : -1;
+    if (arg.rfind("-", 0) == 0) {
+      if (kTakesValue.count(arg)) ++i;
+      continue;
+    }
+    if (in_run || arg != "run") return -1;
+    in_run = true;
+  }
+  return -1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"brig: self-hosted sandboxes for AI agents"};
@@ -28,14 +54,13 @@ int main(int argc, char** argv) {
   app.add_subcommand("gc", "remove what crashed one-shot runs left behind");
   app.add_subcommand("check", "check that this host can run sandboxes");
 
-  // "brig run [flags] -- CMD ARGS": everything after the first "--" is the command, verbatim.
+  // "brig run [flags] -- CMD ARGS": after run's own flags, a "--" starts the command, which is
+  // passed on verbatim (its own "--" included).
   std::vector<std::string> after_dashes;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--") {
-      after_dashes.assign(argv + i + 1, argv + argc);
-      argc = i;
-      break;
-    }
+  int split = FindCommandSeparator(argc, argv);
+  if (split > 0) {
+    after_dashes.assign(argv + split + 1, argv + argc);
+    argc = split;
   }
   try {
     app.parse(argc, argv);
@@ -48,6 +73,11 @@ int main(int argc, char** argv) {
   run.state_dir = state_dir;
   if (run_cmd->parsed()) {
     run.command = run_cmd->remaining();
+    if (!run.command.empty() && run.command.front().rfind("-", 0) == 0) {
+      std::fprintf(stderr, "brig: unknown option %s for run (put the command after --)\n",
+                   run.command.front().c_str());
+      return brig::kExitBrigError;
+    }
     run.command.insert(run.command.end(), after_dashes.begin(), after_dashes.end());
     return brig::RunCommand(run);
   }

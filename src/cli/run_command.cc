@@ -55,7 +55,7 @@ const char* KindName(RunOutcome::Kind kind) {
   return "unknown";
 }
 
-void WriteStats(const std::string& path, const std::string& id, const RunOutcome& out) {
+absl::Status WriteStats(const std::string& path, const std::string& id, const RunOutcome& out) {
   nlohmann::json j = {
       {"id", id},
       {"outcome", KindName(out.kind)},
@@ -68,7 +68,11 @@ void WriteStats(const std::string& path, const std::string& id, const RunOutcome
       {"nr_throttled", out.usage.nr_throttled},
       {"throttled_usec", out.usage.throttled_usec},
   };
-  std::ofstream(path) << j.dump() << "\n";
+  std::ofstream file(path);
+  file << j.dump() << "\n";
+  file.close();
+  if (!file) return absl::UnavailableError(absl::StrCat("cannot write stats to ", path));
+  return absl::OkStatus();
 }
 
 void Explain(const RunOutcome& out, const RunFlags& f) {
@@ -116,6 +120,10 @@ int RunCommand(const RunFlags& flags) {
   sigset_t previous;
   ::sigprocmask(SIG_BLOCK, &forwarded, &previous);
   UniqueFd signals(::signalfd(-1, &forwarded, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!signals) {
+    ::sigprocmask(SIG_SETMASK, &previous, nullptr);
+    return Fail(ErrnoError("signalfd", "forwarded signals"));
+  }
 
   auto sandbox = (*engine)->Launch(specs->first, specs->second);
   if (!sandbox.ok()) return Fail(sandbox.status());
@@ -126,7 +134,10 @@ int RunCommand(const RunFlags& flags) {
   std::string id = (*sandbox)->id();
   sandbox->reset();
   Explain(out, flags);
-  if (!flags.stats_file.empty()) WriteStats(flags.stats_file, id, out);
+  if (!flags.stats_file.empty()) {
+    absl::Status written = WriteStats(flags.stats_file, id, out);
+    if (!written.ok()) return Fail(written);
+  }
   return ExitCodeFor(out);
 }
 

@@ -1,6 +1,5 @@
 #include "engine/caps.h"
 
-#include <grp.h>
 #include <linux/capability.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -38,11 +37,11 @@ int BoundCapabilities(int last_capability) {
   return static_cast<int>(::syscall(SYS_capset, &header, data));
 }
 
-int SwitchIdentity(uid_t uid, gid_t gid) {
+int SwitchIdentity(uid_t uid, gid_t gid, bool with_group) {
   gid_t groups[1] = {gid};
-  if (::setgroups(1, groups) != 0) return -1;
-  if (::setresgid(gid, gid, gid) != 0) return -1;
-  return ::setresuid(uid, uid, uid);
+  if (::syscall(SYS_setgroups, with_group ? 1 : 0, groups) != 0) return -1;
+  if (::syscall(SYS_setresgid, gid, gid, gid) != 0) return -1;
+  return static_cast<int>(::syscall(SYS_setresuid, uid, uid, uid));
 }
 
 }  // namespace brig

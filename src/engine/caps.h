@@ -14,7 +14,10 @@ namespace brig {
 // and inheritable sets. After exec, root holds only the kept set; other users hold none.
 int BoundCapabilities(int last_capability);
 
-// setgroups + setresgid + setresuid to the given identity. Returns -1 with errno on failure.
-int SwitchIdentity(uid_t uid, gid_t gid);
+// setgroups + setresgid + setresuid to the given identity, as raw system calls: libc's wrappers
+// broadcast to every thread libc believes the process has, and a process cloned from a
+// multithreaded launcher has one thread but libc's list of all of them (it would wait forever).
+// Supplementary groups are {gid} with `with_group`, none otherwise. Returns -1 with errno.
+int SwitchIdentity(uid_t uid, gid_t gid, bool with_group);
 
 }  // namespace brig

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/close_range.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -59,9 +60,7 @@ StepResult WaitForLauncher(int control_fd, int* skeleton_fd, int* usr_fd) {
 }
 
 StepResult BecomeNamespaceRoot() {
-  if (::setresgid(0, 0, 0) != 0 || ::setgroups(0, nullptr) != 0 || ::setresuid(0, 0, 0) != 0) {
-    return Failed(Step::kBecomeRoot);
-  }
+  if (SwitchIdentity(0, 0, /*with_group=*/false) != 0) return Failed(Step::kBecomeRoot);
   return Ok();
 }
 
@@ -113,7 +112,7 @@ void ExecCommand(const CommandPlan& plan) {
   if (::setsid() < 0) fail(Step::kSession);
   if (ApplyRlimits(c.open_files) != 0) fail(Step::kRlimits);
   if (BoundCapabilities(c.last_capability) != 0) fail(Step::kCapabilities);
-  if (SwitchIdentity(c.uid, c.gid) != 0) fail(Step::kIdentity);
+  if (SwitchIdentity(c.uid, c.gid, /*with_group=*/true) != 0) fail(Step::kIdentity);
   if (::chdir(c.workdir.c_str()) != 0) fail(Step::kWorkdir);
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(Step::kNoNewPrivs);
   if (RestrictSelf(c.landlock_abi) != 0) fail(Step::kLandlock);
@@ -175,7 +174,6 @@ const char* StepName(Step step) {
     case Step::kForkCommand: return "fork command";
     case Step::kStdio: return "set up stdio";
     case Step::kSession: return "setsid";
-    case Step::kOomScore: return "set OOM score";
     case Step::kRlimits: return "set rlimits";
     case Step::kCapabilities: return "bound capabilities";
     case Step::kIdentity: return "switch user";
@@ -209,7 +207,9 @@ void FinalizePlan(ChildPlan& plan) {
 
 void SandboxInitMain(const ChildPlan& plan) {
   const int control = plan.control_fd;
-  // Die with the launcher; a launcher killed before this point is seen as EOF below.
+  // Die with the launcher; a launcher killed before this point is seen as EOF below (which
+  // needs this process's copy of the launcher's end closed).
+  ::close(plan.launcher_fd);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) ::_exit(kSetupFailedExit);
   // Descriptors inherited from whoever started brig must not reach the command.
   ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
@@ -224,6 +224,11 @@ void SandboxInitMain(const ChildPlan& plan) {
     FailSetup(control, r);
   }
   if (StepResult r = BecomeNamespaceRoot(); !r.ok()) FailSetup(control, r);
+  // Changing credentials cleared the parent-death signal: set it again, then make sure the
+  // launcher did not die in between (its end of the socket would be closed).
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) FailSetup(control, Failed(Step::kBecomeRoot));
+  pollfd launcher = {control, POLLRDHUP, 0};
+  if (::poll(&launcher, 1, 0) > 0 && (launcher.revents & (POLLRDHUP | POLLHUP))) ::_exit(kSetupFailedExit);
   if (::unshare(CLONE_NEWCGROUP) != 0) FailSetup(control, Failed(Step::kCgroupNamespace));
   if (StepResult r = BuildRootfs(plan.rootfs, skeleton_fd, usr_fd); !r.ok()) {
     FailSetup(control, r);

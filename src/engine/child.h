@@ -7,9 +7,10 @@
 //   2. become root of the user namespace; enter a cgroup namespace rooted at its own cgroup
 //   3. build the root filesystem and pivot into it (mounts.h)
 //   4. bring up loopback; set the hostname
-//   5. fork the command, which bounds its capabilities, switches user, applies rlimits,
-//      Landlock, no_new_privs and seccomp (in that order: each later step needs the earlier
-//      ones' privileges gone or set), then execs
+//   5. vfork the command, which takes its stdio, starts a session, applies rlimits, bounds its
+//      capabilities, switches user, changes directory, sets no_new_privs, applies Landlock and
+//      loads seccomp (in that order: each later step needs the earlier ones' privileges gone
+//      or set, and seccomp must come last), then execs
 //   6. reap every process, forward the launcher's signals to the command's process group, and
 //      report the command's wait status; exiting then kills whatever is left in the sandbox.
 #pragma once
@@ -39,7 +40,8 @@ struct CommandPlan {
 };
 
 struct ChildPlan {
-  int control_fd = -1;  // PID 1's end of the SOCK_SEQPACKET pair with the launcher
+  int control_fd = -1;   // PID 1's end of the SOCK_SEQPACKET pair with the launcher
+  int launcher_fd = -1;  // the launcher's end: PID 1 closes its copy, so a dead launcher is EOF
   std::vector<std::string> cgroup_tasks_files;  // v1 cgroups PID 1 joins itself (cgroups.h)
   RootfsPlan rootfs;
   std::string hostname;

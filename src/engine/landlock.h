@@ -14,8 +14,9 @@ namespace brig {
 // The kernel's Landlock ABI version, or 0 when Landlock is unavailable or disabled.
 int LandlockAbi();
 
-// Restricted zone. Must run after pivot_root (it grants "/" = the sandbox's root) and before
-// no_new_privs+seccomp. Returns -1 with errno on failure; 0 (and does nothing) when abi == 0.
+// Restricted zone. Must run after pivot_root (it grants "/" = the sandbox's root), after
+// no_new_privs (required once capabilities are gone) and before seccomp. Returns -1 with errno
+// on failure; 0 (and does nothing) when abi == 0.
 int RestrictSelf(int abi);
 
 }  // namespace brig

@@ -2,7 +2,8 @@
 //
 //   /        overlay: template skeleton (read-only, id-mapped) + writable layer
 //   /usr     overlay: the host's /usr (read-only, id-mapped) + writable layer
-//   /proc    the sandbox's own procfs; kcore, sysrq-trigger, timer_list masked; /proc/sys ro
+//   /proc    the sandbox's own procfs; kernel internals (kcore, kallsyms, keys, timer_list, …)
+//            masked; /proc/sys read-only
 //   /dev     tmpfs with null, zero, full, random, urandom, tty; devpts; a tmpfs /dev/shm
 //
 // Both writable layers live on one tmpfs whose size is the sandbox's disk limit (its pages are
@@ -37,7 +38,7 @@ absl::StatusOr<LayerMounts> OpenLayers(const TemplatePaths& layers, int userns_f
 // Every path and option string the restricted zone needs, prepared by the launcher.
 struct RootfsPlan {
   std::string scratch;          // a host directory; the scratch tmpfs is mounted over it
-  std::string scratch_options;  // "size=…,mode=0755"
+  std::string scratch_options;  // "size=…,mode=0700"
   std::string skeleton_dir, usr_lower_dir;         // where the layers are attached
   std::string upper, work, usr_upper, usr_work;    // writable layer directories
   std::string root;                                // the new root (overlay mount point)

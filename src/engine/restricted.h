@@ -36,7 +36,6 @@ enum class Step : int32_t {
   kForkCommand,
   kStdio,
   kSession,
-  kOomScore,
   kRlimits,
   kCapabilities,
   kIdentity,

@@ -8,7 +8,9 @@
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -83,6 +85,23 @@ std::unique_ptr<ChildPlan> MakeChildPlan(const std::string& state_dir, const San
   return plan;
 }
 
+// A command that reopens its stdout through /dev/stdout (as `echo x >/dev/stderr` does) needs
+// access to the pipe's inode, which the launcher's caller owns. Pipes handed to the command are
+// given to its uid (the caller keeps its descriptors; only the inode's owner changes);
+// terminals, named FIFOs and files are not changed: they are the caller's, not brig's.
+absl::Status HandOverStdioPipes(const ProcessSpec& process, uint32_t host_base) {
+  UserIdentity who = IdentityOf(process.user);
+  for (int n = 0; n < 3; ++n) {
+    int fd = process.stdio[n] >= 0 ? process.stdio[n] : n;
+    struct statfs fs;
+    if (::fstatfs(fd, &fs) != 0 || fs.f_type != PIPEFS_MAGIC) continue;  // not named FIFOs
+    if (::fchown(fd, host_base + who.uid, host_base + who.gid) != 0) {
+      return ErrnoError("fchown", absl::StrCat("stdio pipe ", n));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SendGo(int control_fd, const LayerMounts& layers) {
   char byte = 'g';
   iovec iov = {&byte, 1};
@@ -134,7 +153,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& state_di
   if (::chmod(state_dir.c_str(), 0711) != 0) return ErrnoError("chmod", state_dir);
   BRIG_ASSIGN_OR_RETURN(CgroupHost cgroups, CgroupHost::Detect());
   BRIG_ASSIGN_OR_RETURN(std::vector<sock_filter> filter, CompileSandboxFilter());
-  return std::unique_ptr<Engine>(new Engine(state_dir, std::move(cgroups), std::move(filter)));
+  // One lock file for the whole host, whatever the state dir: two state dirs must never hand
+  // out the same uid range. /run is per boot, like the locks.
+  std::string uid_slots = "/run/brig/uid-slots";
+  if (!MakeDirs("/run/brig", 0700).ok()) uid_slots = state_dir + "/uid-slots";
+  return std::unique_ptr<Engine>(
+      new Engine(state_dir, std::move(uid_slots), std::move(cgroups), std::move(filter)));
 }
 
 absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Launch(SandboxSpec spec,
@@ -149,8 +173,9 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Launch(SandboxSpec spec,
     return absl::NotFoundError(absl::StrCat("template \"", spec.template_name, "\" does not exist"));
   }
   // 2. A host uid/gid range of its own.
-  BRIG_ASSIGN_OR_RETURN(IdRange ids, IdRange::Allocate(state_dir_ + "/uid-slots"));
+  BRIG_ASSIGN_OR_RETURN(IdRange ids, IdRange::Allocate(uid_slots_));
   sandbox->ids_.emplace(std::move(ids));
+  BRIG_RETURN_IF_ERROR(HandOverStdioPipes(process, sandbox->ids_->host_base()));
   // 3. A cgroup with its limits, beneath brig's own.
   BRIG_ASSIGN_OR_RETURN(sandbox->cgroup_, cgroups_.Create(OneShotCgroupName(spec.id), spec.limits, /*freezable=*/false));
   // 4. Everything PID 1 will need, prepared now: it may not allocate.
@@ -163,6 +188,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Launch(SandboxSpec spec,
   sandbox->control_.reset(pair[0]);
   UniqueFd child_end(pair[1]);
   plan->control_fd = child_end.get();
+  plan->launcher_fd = sandbox->control_.get();
 
   // 5. PID 1, in new user, mount, PID, network, IPC and UTS namespaces (cgroup comes later,
   //    once it sits in its cgroup). It waits for step 7 before building anything.

@@ -1,8 +1,8 @@
 // The isolation engine's front door: Engine launches sandboxes; Sandbox is one running sandbox.
 //
 // Engine::Launch reads as the ordered list of what a sandbox is made of (see sandbox.cc):
-// validate, template, uid range, cgroup, child plan, clone3 into new namespaces, id maps,
-// cgroup attach, template layers, go. Every resource acquired on the way is owned by an RAII
+// validate, uid range, cgroup, child plan, clone3 into new namespaces (PID 1 joins its v1
+// cgroups itself), id maps, template layers, go. Every resource acquired on the way is owned by an RAII
 // object, so a failure at any step, or the launcher's death (PID 1 has PDEATHSIG and the
 // kernel tears down its PID and mount namespaces), leaves nothing behind but a cgroup
 // directory, which Engine::SweepStale removes on the next start.
@@ -62,9 +62,14 @@ class Engine {
   const std::string& state_dir() const { return state_dir_; }
 
  private:
-  Engine(std::string state_dir, CgroupHost cgroups, std::vector<sock_filter> filter)
-      : state_dir_(std::move(state_dir)), cgroups_(std::move(cgroups)), filter_(std::move(filter)) {}
+  Engine(std::string state_dir, std::string uid_slots, CgroupHost cgroups,
+         std::vector<sock_filter> filter)
+      : state_dir_(std::move(state_dir)),
+        uid_slots_(std::move(uid_slots)),
+        cgroups_(std::move(cgroups)),
+        filter_(std::move(filter)) {}
   std::string state_dir_;
+  std::string uid_slots_;  // the lock file of host uid ranges (userns.h), shared host-wide
   CgroupHost cgroups_;
   std::vector<sock_filter> filter_;  // compiled once per Engine
 };

@@ -101,7 +101,7 @@ absl::StatusOr<std::vector<sock_filter>> CompileSandboxFilter() {
   if (!ctx) return absl::InternalError("seccomp_init failed");
   int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
   if (rc < 0) return ErrnoError("seccomp_attr_set", "ACT_BADARCH", -rc);
-  // The launcher sets no_new_privs itself, right before loading.
+  // LoadFilter sets no_new_privs itself, right before loading.
   rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 0);
   if (rc < 0) return ErrnoError("seccomp_attr_set", "CTL_NNP", -rc);
   BRIG_RETURN_IF_ERROR(AddRules(ctx.get()));

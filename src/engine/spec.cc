@@ -65,8 +65,9 @@ absl::Status Validate(const SandboxSpec& sandbox, const ProcessSpec& process) {
   }
   if (l.cpus < 0 || l.cpus > 1024) return absl::InvalidArgumentError("cpus must be in [0, 1024]");
   if (l.cpus > 0 && l.cpus < 0.01) return absl::InvalidArgumentError("cpus must be at least 0.01");
-  if (l.pids == 0 || l.pids > 4'194'304) {
-    return absl::InvalidArgumentError("pids must be in [1, 4194304]");
+  // PID 1 and the command count: fewer than 2 cannot start anything.
+  if (l.pids < 2 || l.pids > 4'194'304) {
+    return absl::InvalidArgumentError("pids must be in [2, 4194304]");
   }
   if (l.disk_bytes < (1ull << 20)) return absl::InvalidArgumentError("disk must be at least 1M");
   if (l.open_files < 16) return absl::InvalidArgumentError("open files must be at least 16");

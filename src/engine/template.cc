@@ -20,16 +20,17 @@ namespace {
 constexpr absl::string_view kTemplateVersion = "base-3";
 
 // What of the host's /etc programs need. An allowlist: secrets (shadow, ssh host keys, sudoers,
-// TLS private keys, machine-id) and anything not named here stay out.
+// TLS private keys, machine-id) and files that may carry credentials (environment, gitconfig,
+// npmrc, wgetrc, netrc) and anything not named here stay out.
 constexpr const char* kHostEtcEntries[] = {
     "alternatives", "bash.bashrc", "bash_completion", "bash_completion.d", "ca-certificates",
-    "ca-certificates.conf", "debian_version", "environment", "fonts", "gai.conf", "host.conf",
+    "ca-certificates.conf", "debian_version", "fonts", "gai.conf", "host.conf",
     "inputrc", "issue", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "locale.alias", "localtime",
     "login.defs", "magic", "magic.mime", "matplotlibrc", "mime.types", "networks", "os-release",
     "profile", "profile.d", "protocols", "python3", "python3.11", "rpc", "services", "shells",
-    "skel", "ssl", "terminfo", "timezone", "vim", "wgetrc", "xattr.conf", "gitconfig", "nanorc",
+    "skel", "ssl", "terminfo", "timezone", "vim", "xattr.conf", "nanorc",
     "perl", "mailcap", "papersize", "ethertypes", "lsb-release", "default", "java-17-openjdk",
-    "X11", "R", "gprofng.rc", "npmrc", "nodejs", "manpath.config"};
+    "X11", "R", "gprofng.rc", "nodejs", "manpath.config"};
 // Inside copied directories, these are left out anyway.
 constexpr const char* kHostEtcExcluded[] = {"ssl/private", "default/useradd"};
 
@@ -90,7 +91,9 @@ absl::Status WriteSkeletonFile(const fs::path& path, absl::string_view content, 
 
 absl::Status CopySkelInto(const fs::path& home, uid_t owner) {
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/etc/skel", ec)) {
+  for (auto it = fs::directory_iterator("/etc/skel", ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    const fs::directory_entry& entry = *it;
     fs::path to = home / entry.path().filename();
     fs::copy(entry.path(), to, fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
     if (ec) return absl::InternalError(absl::StrCat("copying ", entry.path().string(), ": ", ec.message()));
@@ -150,12 +153,14 @@ std::string Fingerprint() {
 void RemoveRetired(const fs::path& dir) {
   std::error_code ec;
   const time_t cutoff = ::time(nullptr) - 86400;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    std::string name = entry.path().filename().string();
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    std::string name = it->path().filename().string();
     long long when = 0;
     if (name.rfind("retired.", 0) == 0 && std::sscanf(name.c_str(), "retired.%lld", &when) == 1 &&
         when < cutoff) {
-      fs::remove_all(entry.path(), ec);
+      std::error_code remove_ec;
+      fs::remove_all(it->path(), remove_ec);
     }
   }
 }
@@ -173,7 +178,10 @@ absl::StatusOr<TemplatePaths> EnsureTemplate(const std::string& state_dir,
   absl::StatusOr<std::string> have = ReadFile((dir / "fingerprint").string());
   if (have.ok() && *have == want) return paths;
 
-  BRIG_RETURN_IF_ERROR(MakeDirs(dir.string(), 0755));
+  // Only the launcher (root) reads templates, through open_tree; nobody else may reach them
+  // (home/user in the skeleton is owned by uid 1000 on disk).
+  BRIG_RETURN_IF_ERROR(MakeDirs(dir.string(), 0700));
+  if (::chmod(dir.parent_path().c_str(), 0700) != 0) return ErrnoError("chmod", dir.parent_path().string());
   BRIG_ASSIGN_OR_RETURN(UniqueFd lock, OpenFd((dir / ".lock").string(), O_RDWR | O_CREAT, 0600));
   if (::flock(lock.get(), LOCK_EX) != 0) return ErrnoError("flock", (dir / ".lock").string());
   have = ReadFile((dir / "fingerprint").string());  // another process may have built it
@@ -191,7 +199,7 @@ absl::StatusOr<TemplatePaths> EnsureTemplate(const std::string& state_dir,
   }
   // Running sandboxes keep using the old skeleton (their mounts hold it by reference), so it is
   // retired rather than deleted, and removed a day later.
-  if (fs::exists(paths.rootfs) && ::rename(paths.rootfs.c_str(), old.c_str()) != 0) {
+  if (fs::exists(paths.rootfs, ec) && ::rename(paths.rootfs.c_str(), old.c_str()) != 0) {
     return ErrnoError("rename", paths.rootfs);
   }
   if (::rename(fresh.c_str(), paths.rootfs.c_str()) != 0) return ErrnoError("rename", fresh.string());

@@ -2,7 +2,7 @@
 // inside is an unprivileged, otherwise unused uid outside and two sandboxes never share an
 // identity (an escape from one lands as nobody, with no access to the other).
 //
-// A range is a slot in a lock file (<state dir>/uid-slots): an open-file-description lock on
+// A range is a slot in a lock file (/run/brig/uid-slots): an open-file-description lock on
 // byte N reserves slot N. The kernel drops the lock when the last descriptor of that open file
 // closes, so a slot is freed when both its launcher and the sandbox's PID 1 (which inherits the
 // descriptor) are gone, crash or not. Move-only; not thread-safe.

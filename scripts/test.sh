@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# README command 2 (and .ci/run): install, build, and run the whole test suite: unit, engine and
+# CLI tests; the same engine and CLI tests under ASan+UBSan; and a short benchmark smoke run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/build.sh --sanitize
+
+echo "== tests"
+ctest --test-dir build --output-on-failure -j2
+
+echo "== tests under ASan+UBSan"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ctest --test-dir build-asan --output-on-failure -j2 -E '^Residue\.'
+
+echo "== benchmark smoke run (full numbers: docs/benchmarks.md)"
+bench_state=$(mktemp -d /tmp/brig-bench.XXXXXX)
+trap 'rm -rf "$bench_state"' EXIT
+build/bench/run_vs_bwrap --iterations 20 --brig build/brig --state-dir "$bench_state"
