@@ -6,5 +6,5 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build
 if [[ ${1:-} == --sanitize ]]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DBRIG_SANITIZE=ON >/dev/null
-  cmake --build build-asan --target brig unit_tests engine_tests cli_tests
+  cmake --build build-asan
 fi

@@ -7,10 +7,9 @@ packages=(
   # toolchain
   g++ cmake ninja-build ccache pkg-config git
   # libraries (see docs/architecture.md, "Dependencies")
-  libabsl-dev libseccomp-dev libcli11-dev nlohmann-json3-dev libboost-dev libsqlite3-dev
-  libssl-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev bubblewrap python3 iproute2 procps util-linux
+  libabsl-dev libseccomp-dev libcli11-dev nlohmann-json3-dev
+  # tests and benchmarks (bubblewrap: the benchmark's peer; python3: programs run in sandboxes)
+  libgtest-dev libgmock-dev bubblewrap python3
 )
 
 missing=()

@@ -11,7 +11,7 @@ ctest --test-dir build --output-on-failure -j2
 
 echo "== tests under ASan+UBSan"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-ctest --test-dir build-asan --output-on-failure -j2 -E '^Residue\.'
+ctest --test-dir build-asan --output-on-failure -j2
 
 echo "== benchmark smoke run (full numbers: docs/benchmarks.md)"
 bench_state=$(mktemp -d /tmp/brig-bench.XXXXXX)

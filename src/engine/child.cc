@@ -23,6 +23,29 @@ namespace {
 
 constexpr int kSetupFailedExit = 125;
 
+// Closes every descriptor from 3 up except those in `keep` (-1 entries are ignored).
+void CloseAllBut(const int (&keep)[5]) {
+  int sorted[5];
+  int n = 0;
+  for (int fd : keep) {
+    if (fd < 3) continue;
+    int i = n++;
+    while (i > 0 && sorted[i - 1] > fd) {
+      sorted[i] = sorted[i - 1];
+      --i;
+    }
+    sorted[i] = fd;
+  }
+  unsigned first = 3;
+  for (int i = 0; i < n; ++i) {
+    if (static_cast<unsigned>(sorted[i]) > first) {
+      ::syscall(SYS_close_range, first, static_cast<unsigned>(sorted[i]) - 1, 0u);
+    }
+    first = static_cast<unsigned>(sorted[i]) + 1;
+  }
+  ::syscall(SYS_close_range, first, ~0u, 0u);
+}
+
 [[noreturn]] void FailSetup(int control_fd, StepResult result) {
   SendReport(control_fd, {ChildReport::kSetupFailed, static_cast<int32_t>(result.step),
                           result.error, 0});
@@ -105,6 +128,8 @@ void ExecCommand(const CommandPlan& plan) {
   for (int n = 0; n < 3; ++n) {
     if (c.stdio[n] >= 0 && ::dup2(c.stdio[n], n) < 0) fail(Step::kStdio);
   }
+  // Only 0, 1 and 2 cross the exec.
+  if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) != 0) fail(Step::kStdio);
   sigset_t none;
   sigemptyset(&none);
   if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) fail(Step::kBlockSignals);
@@ -208,11 +233,9 @@ void FinalizePlan(ChildPlan& plan) {
 void SandboxInitMain(const ChildPlan& plan) {
   const int control = plan.control_fd;
   // Die with the launcher; a launcher killed before this point is seen as EOF below (which
-  // needs this process's copy of the launcher's end closed).
-  ::close(plan.launcher_fd);
+  // needs every copy of the launcher's end closed, this process's too).
+  CloseAllBut(plan.keep_fds);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) ::_exit(kSetupFailedExit);
-  // Descriptors inherited from whoever started brig must not reach the command.
-  ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
 
   for (const std::string& tasks : plan.cgroup_tasks_files) {
     int fd = ::open(tasks.c_str(), O_WRONLY | O_CLOEXEC);

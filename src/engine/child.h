@@ -41,7 +41,10 @@ struct CommandPlan {
 
 struct ChildPlan {
   int control_fd = -1;   // PID 1's end of the SOCK_SEQPACKET pair with the launcher
-  int launcher_fd = -1;  // the launcher's end: PID 1 closes its copy, so a dead launcher is EOF
+  // The only descriptors PID 1 keeps of the launcher's: control_fd, the uid-range lock, and the
+  // command's stdio. Everything else a (multithreaded) launcher had open at clone time, such as
+  // another thread's lock file, is closed at once.
+  int keep_fds[5] = {-1, -1, -1, -1, -1};
   std::vector<std::string> cgroup_tasks_files;  // v1 cgroups PID 1 joins itself (cgroups.h)
   RootfsPlan rootfs;
   std::string hostname;

@@ -188,7 +188,9 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Launch(SandboxSpec spec,
   sandbox->control_.reset(pair[0]);
   UniqueFd child_end(pair[1]);
   plan->control_fd = child_end.get();
-  plan->launcher_fd = sandbox->control_.get();
+  plan->keep_fds[0] = child_end.get();
+  plan->keep_fds[1] = sandbox->ids_->lock_fd();
+  for (int n = 0; n < 3; ++n) plan->keep_fds[2 + n] = process.stdio[n];
 
   // 5. PID 1, in new user, mount, PID, network, IPC and UTS namespaces (cgroup comes later,
   //    once it sits in its cgroup). It waits for step 7 before building anything.

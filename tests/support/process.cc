@@ -37,6 +37,7 @@ Result RunProgram(const std::vector<std::string>& argv, const std::string& input
   close(out[1]);
   close(err[1]);
   Result result;
+  result.pid = pid;
   if (rc != 0) {
     close(in[1]);
     close(out[0]);

@@ -13,6 +13,7 @@ namespace brig::testing {
 
 struct Result {
   int exit_code = -1;  // 128+N when killed by signal N
+  pid_t pid = -1;      // the process that ran
   std::string out, err;
 };
 
