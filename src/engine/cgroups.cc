@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -122,6 +123,16 @@ class CgroupV1 final : public SandboxCgroup {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<UniqueFd> WatchOom() override {
+    UniqueFd event(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!event) return ErrnoError("eventfd", "OOM notification");
+    const std::string& mem = dirs_.at("memory");
+    BRIG_ASSIGN_OR_RETURN(UniqueFd control, OpenFd(mem + "/memory.oom_control", O_RDONLY));
+    BRIG_RETURN_IF_ERROR(WriteKernelFile(mem + "/cgroup.event_control",
+                                         absl::StrCat(event.get(), " ", control.get())));
+    return event;
+  }
+
   absl::StatusOr<CgroupUsage> ReadUsage() const override {
     CgroupUsage u;
     u.cpu_usec = ReadNumber(dirs_.at("cpuacct") + "/cpuacct.usage") / 1000;
@@ -199,6 +210,8 @@ class CgroupV2 final : public SandboxCgroup {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<UniqueFd> WatchOom() override { return UniqueFd(); }  // memory.oom.group
+
   absl::StatusOr<CgroupUsage> ReadUsage() const override {
     CgroupUsage u;
     u.cpu_usec = ReadKeyedValue(dir_ + "/cpu.stat", "usage_usec");
@@ -226,6 +239,8 @@ class CgroupV2 final : public SandboxCgroup {
       if (Exists(dir_ + "/memory.swap.max")) {
         BRIG_RETURN_IF_ERROR(WriteKernelFile(dir_ + "/memory.swap.max", "0"));
       }
+      // One OOM kill takes the whole sandbox down, as on v1 (WatchOom).
+      BRIG_RETURN_IF_ERROR(WriteKernelFile(dir_ + "/memory.oom.group", "1"));
     }
     if (limits.cpus > 0) {
       constexpr uint64_t kPeriodUsec = 100'000;

@@ -49,6 +49,10 @@ class SandboxCgroup {
   // SIGKILLs every process inside, including ones that raced in during the kill.
   virtual absl::Status KillAll() = 0;
   virtual absl::StatusOr<CgroupUsage> ReadUsage() const = 0;
+  // An OOM kill anywhere in the sandbox must end the whole sandbox. v2 does that itself
+  // (memory.oom.group) and returns an invalid descriptor; v1 returns an eventfd that becomes
+  // readable at the cgroup's first OOM, for the owner to kill everything.
+  virtual absl::StatusOr<UniqueFd> WatchOom() = 0;
   // Kills what is left and removes the directories. Idempotent; the destructor calls it.
   virtual absl::Status Remove() = 0;
   // The directories, for tests and diagnostics.

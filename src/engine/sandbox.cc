@@ -146,6 +146,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& state_di
   if (state_dir.empty() || state_dir[0] != '/') {
     return absl::InvalidArgumentError("the state directory must be an absolute path");
   }
+  if (::geteuid() != 0) {
+    return absl::FailedPreconditionError(
+        "brig must run as root: it creates user namespaces with their own uid ranges, cgroups "
+        "and id-mapped mounts");
+  }
   // The state dir is traversable (not listable) by others: a sandbox's PID 1, already mapped
   // to its unprivileged uid, must reach the empty mount point <state>/mnt. Files inside that
   // matter are themselves 0600.
@@ -176,8 +181,10 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Launch(SandboxSpec spec,
   BRIG_ASSIGN_OR_RETURN(IdRange ids, IdRange::Allocate(uid_slots_));
   sandbox->ids_.emplace(std::move(ids));
   BRIG_RETURN_IF_ERROR(HandOverStdioPipes(process, sandbox->ids_->host_base()));
-  // 3. A cgroup with its limits, beneath brig's own.
-  BRIG_ASSIGN_OR_RETURN(sandbox->cgroup_, cgroups_.Create(OneShotCgroupName(spec.id), spec.limits, /*freezable=*/false));
+  // 3. A cgroup with its limits, beneath brig's own, watched for OOM kills.
+  BRIG_ASSIGN_OR_RETURN(sandbox->cgroup_, cgroups_.Create(OneShotCgroupName(spec.id), spec.limits,
+                                                          /*freezable=*/false));
+  BRIG_ASSIGN_OR_RETURN(sandbox->oom_, sandbox->cgroup_->WatchOom());
   // 4. Everything PID 1 will need, prepared now: it may not allocate.
   std::unique_ptr<ChildPlan> plan = MakeChildPlan(state_dir_, spec, process, filter_);
   plan->cgroup_tasks_files = sandbox->cgroup_->self_attach_files();
@@ -287,10 +294,12 @@ void Sandbox::HandleReport(const ChildReport& report) {
 
 RunOutcome Sandbox::Wait(int forward_signals_fd) {
   bool timed_out = false;
+  bool out_of_memory = false;
   siginfo_t init_info = {};
-  pollfd fds[3] = {{pidfd_.get(), POLLIN, 0},
+  pollfd fds[4] = {{pidfd_.get(), POLLIN, 0},
                    {control_.get(), POLLIN, 0},
-                   {forward_signals_fd, POLLIN, 0}};
+                   {forward_signals_fd, POLLIN, 0},
+                   {oom_.get(), POLLIN, 0}};
   auto drain_reports = [&] {
     ChildReport report;
     while (::recv(control_.get(), &report, sizeof report, MSG_DONTWAIT) == sizeof report) {
@@ -308,7 +317,7 @@ RunOutcome Sandbox::Wait(int forward_signals_fd) {
       }
       timeout_ms = static_cast<int>(std::min<int64_t>(left.count(), 1 << 30));
     }
-    int n = ::poll(fds, 3, timeout_ms);
+    int n = ::poll(fds, 4, timeout_ms);
     if (n < 0 && errno != EINTR) break;
     if (fds[1].revents != 0) {
       drain_reports();
@@ -319,6 +328,12 @@ RunOutcome Sandbox::Wait(int forward_signals_fd) {
       if (::read(forward_signals_fd, &si, sizeof si) == sizeof si) {
         (void)Signal(static_cast<int>(si.ssi_signo));
       }
+    }
+    if ((fds[3].revents & POLLIN) && !out_of_memory) {
+      // A memory limit breach ends the whole sandbox, not just the process the kernel chose.
+      out_of_memory = true;
+      fds[3].fd = -1;
+      (void)Kill();
     }
     if (fds[0].revents & POLLIN) {
       if (::waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &init_info, WEXITED) == 0) {
@@ -334,6 +349,9 @@ RunOutcome Sandbox::Wait(int forward_signals_fd) {
   (void)cgroup_->Remove();
   if (timed_out) {
     out.kind = RunOutcome::Kind::kTimedOut;
+  } else if (out_of_memory) {
+    out.kind = RunOutcome::Kind::kOutOfMemory;
+    out.signal = SIGKILL;
   } else if (setup_error_) {
     out.kind = RunOutcome::Kind::kSetupFailed;
     out.error = *setup_error_;

@@ -102,6 +102,7 @@ class Sandbox {
   pid_t pid_ = -1;
   UniqueFd pidfd_;
   UniqueFd control_;  // launcher's end of the SOCK_SEQPACKET pair with PID 1
+  UniqueFd oom_;      // readable at the first OOM kill (v1), see SandboxCgroup::WatchOom
   std::unique_ptr<SandboxCgroup> cgroup_;
   std::optional<IdRange> ids_;
   std::optional<std::chrono::steady_clock::time_point> deadline_;

@@ -217,6 +217,20 @@ TEST_F(Isolation, MemoryLimitReportsOom) {
   EXPECT_LE(stats["memory_peak_bytes"].get<uint64_t>(), 64ull << 20);
 }
 
+TEST_F(Isolation, MemoryBreachEndsTheWholeSandbox) {
+  // A child exceeds the limit while its parent idles: the whole sandbox ends, not only the
+  // process the OOM killer picked.
+  Result r = Python(
+      "import os, time\n"
+      "if os.fork() == 0:\n"
+      "    x = bytearray(400 * 1024 * 1024); os._exit(0)\n"
+      "time.sleep(3)\n"
+      "print('parent survived')\n",
+      {"--memory", "64M"});
+  EXPECT_EQ(r.exit_code, 123) << r.err;
+  EXPECT_EQ(r.out.find("parent survived"), std::string::npos);
+}
+
 TEST_F(Isolation, PidsLimitStopsForkBomb) {
   Result r = Python(
       "import os, time\n"
@@ -261,6 +275,67 @@ TEST_F(Isolation, TimeoutKillsWholeTree) {
   EXPECT_TRUE(WaitFor([&] { return PidsWithArgument(marker).empty(); },
                       std::chrono::seconds(2)))
       << "a process of the sandbox outlived its timeout";
+}
+
+TEST_F(Isolation, EveryNamespaceIsItsOwn) {
+  Result r = Bash("for n in user mnt pid net ipc uts cgroup; do echo $n $(readlink /proc/self/ns/$n); done;"
+                  " hostname; cat /proc/self/cgroup");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* ns : {"user", "mnt", "pid", "net", "ipc", "uts", "cgroup"}) {
+    std::string host = std::filesystem::read_symlink(std::string("/proc/self/ns/") + ns).string();
+    EXPECT_NE(r.out.find(std::string(ns) + " "), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find(host), std::string::npos) << ns << " namespace shared with the host";
+  }
+  std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+  ASSERT_GE(lines.size(), 8u);
+  EXPECT_EQ(lines[7].size(), 20u) << "hostname is the sandbox id: " << lines[7];
+  for (size_t i = 8; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i].substr(lines[i].rfind(':')), ":/") << "cgroup paths are rooted at the sandbox";
+  }
+}
+
+TEST_F(Isolation, RlimitsAndSessionApply) {
+  Result r = Python(
+      "import os, resource\n"
+      "print(resource.getrlimit(resource.RLIMIT_NOFILE), resource.getrlimit(resource.RLIMIT_CORE),"
+      " resource.getrlimit(resource.RLIMIT_RTPRIO), os.getsid(0) == os.getpid())\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "(1024, 1024) (0, 0) (0, 0) True\n");
+}
+
+TEST_F(Isolation, Pid1IsOutOfReach) {
+  // Even the sandbox's root cannot read PID 1's memory, environment or descriptors, trace it,
+  // or kill it.
+  Result r = Python(
+      "import ctypes, os, signal\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "def denied(f):\n"
+      "    try:\n"
+      "        f(); return 'allowed'\n"
+      "    except PermissionError:\n"
+      "        return 'denied'\n"
+      "print(denied(lambda: open('/proc/1/environ').read()), denied(lambda: os.listdir('/proc/1/fd')),"
+      " denied(lambda: open('/proc/1/mem', 'rb').read(1)))\n"
+      "print('ptrace', libc.ptrace(16, 1, 0, 0), ctypes.get_errno())\n"
+      "try:\n"
+      "    os.kill(1, signal.SIGKILL)\n"
+      "except PermissionError:\n"
+      "    pass\n"
+      "import time; time.sleep(0.2); print('alive')\n",
+      {"--user", "root"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("denied denied denied"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ptrace -1 1\n"), std::string::npos) << r.out;  // EPERM
+  EXPECT_NE(r.out.find("alive"), std::string::npos) << r.out;
+}
+
+TEST_F(Isolation, InheritedDescriptorsDoNotLeak) {
+  // brig's caller leaves descriptor 7 open (no close-on-exec): the command must not get it.
+  Result r = RunProgram({"/bin/bash", "-c",
+                         "exec 7</etc/hostname; exec " + std::string(BRIG_BINARY) +
+                             " --state-dir " + state_dir() + " run -- /bin/ls /proc/self/fd"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "0\n1\n2\n3\n") << "only stdio (and ls's own directory fd)";
 }
 
 TEST_F(Isolation, LauncherDeathKillsSandbox) {
