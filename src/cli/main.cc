@@ -4,6 +4,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "agent/agent.h"
 #include "cli/commands.h"
 #include "engine/sandbox.h"
 
@@ -52,6 +53,8 @@ int main(int argc, char** argv) {
   run_cmd->prefix_command();
 
   app.add_subcommand("gc", "remove what crashed one-shot runs left behind");
+  // PID 1 of long-lived sandboxes (started by the engine, not by people): hidden.
+  app.add_subcommand("agent", "")->group("");
   app.add_subcommand("check", "check that this host can run sandboxes");
 
   // "brig run [flags] -- CMD ARGS": after run's own flags, a "--" starts the command, which is
@@ -82,6 +85,7 @@ int main(int argc, char** argv) {
     return brig::RunCommand(run);
   }
   if (app.got_subcommand("gc")) return brig::GcCommand(state_dir);
+  if (app.got_subcommand("agent")) return brig::AgentMain();
   if (app.got_subcommand("check")) return brig::CheckCommand(state_dir);
   return brig::kExitBrigError;
 }

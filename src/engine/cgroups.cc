@@ -158,6 +158,11 @@ class CgroupV1 final : public SandboxCgroup {
     return first;
   }
 
+  void Release() override {
+    removed_ = true;
+    unified_fd_.reset();
+  }
+
   std::vector<std::string> Paths() const override {
     std::set<std::string> unique;
     for (const auto& [controller, dir] : dirs_) unique.insert(dir);
@@ -228,6 +233,11 @@ class CgroupV2 final : public SandboxCgroup {
     (void)KillAll();
     dir_fd_.reset();
     return WaitEmptyAndRemove(dir_);
+  }
+
+  void Release() override {
+    removed_ = true;
+    dir_fd_.reset();
   }
 
   std::vector<std::string> Paths() const override { return {dir_}; }

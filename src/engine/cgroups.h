@@ -55,6 +55,8 @@ class SandboxCgroup {
   virtual absl::StatusOr<UniqueFd> WatchOom() = 0;
   // Kills what is left and removes the directories. Idempotent; the destructor calls it.
   virtual absl::Status Remove() = 0;
+  // Forgets the directories without touching them (their sandbox lives on, owned elsewhere).
+  virtual void Release() = 0;
   // The directories, for tests and diagnostics.
   virtual std::vector<std::string> Paths() const = 0;
 };

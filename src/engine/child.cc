@@ -14,18 +14,16 @@
 #include <unistd.h>
 
 #include "engine/caps.h"
-#include "engine/landlock.h"
 #include "engine/net.h"
-#include "engine/seccomp.h"
 
 namespace brig {
 namespace {
 
-constexpr int kSetupFailedExit = 125;
+constexpr int kSetupFailedExit = 125;  // as RunCommand
 
 // Closes every descriptor from 3 up except those in `keep` (-1 entries are ignored).
-void CloseAllBut(const int (&keep)[5]) {
-  int sorted[5];
+void CloseAllBut(const int (&keep)[7]) {
+  int sorted[7];
   int n = 0;
   for (int fd : keep) {
     if (fd < 3) continue;
@@ -87,65 +85,8 @@ StepResult BecomeNamespaceRoot() {
   return Ok();
 }
 
-int ApplyRlimits(uint64_t open_files) {
-  rlimit nofile;
-  if (::getrlimit(RLIMIT_NOFILE, &nofile) != 0) return -1;
-  // The hard limit can only go down without CAP_SYS_RESOURCE in the host's namespace.
-  rlim_t want = open_files < nofile.rlim_max ? open_files : nofile.rlim_max;
-  nofile = {want, want};
-  rlimit none = {0, 0};
-  if (::setrlimit(RLIMIT_NOFILE, &nofile) != 0 || ::setrlimit(RLIMIT_CORE, &none) != 0 ||
-      ::setrlimit(RLIMIT_RTPRIO, &none) != 0) {
-    return -1;
-  }
-  return 0;
-}
 
-// Tries each candidate path as execvp would: skip the ones that do not exist, remember a
-// permission error, stop at any other error. Returns only on failure, with errno set.
-void ExecCommand(const CommandPlan& plan) {
-  int remembered = ENOENT;
-  for (const std::string& path : plan.candidates) {
-    ::execve(path.c_str(), plan.argv.data(), plan.envp.data());
-    if (errno == EACCES) {
-      remembered = EACCES;
-    } else if (errno != ENOENT && errno != ENOTDIR) {
-      return;
-    }
-  }
-  errno = remembered;
-}
 
-[[noreturn]] void CommandMain(const ChildPlan& plan) {
-  const CommandPlan& c = plan.command;
-  auto fail = [&](Step step) {
-    StepResult r = Failed(step);
-    SendReport(plan.control_fd,
-               {step == Step::kExec ? ChildReport::kExecFailed : ChildReport::kSetupFailed,
-                static_cast<int32_t>(r.step), r.error, 0});
-    ::_exit(step == Step::kExec ? (r.error == ENOENT ? 127 : 126) : kSetupFailedExit);
-  };
-  for (int n = 0; n < 3; ++n) {
-    if (c.stdio[n] >= 0 && ::dup2(c.stdio[n], n) < 0) fail(Step::kStdio);
-  }
-  // Only 0, 1 and 2 cross the exec.
-  if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) != 0) fail(Step::kStdio);
-  sigset_t none;
-  sigemptyset(&none);
-  if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) fail(Step::kBlockSignals);
-  // Its own session: no controlling terminal shared with the host, so no TIOCSTI games.
-  if (::setsid() < 0) fail(Step::kSession);
-  if (ApplyRlimits(c.open_files) != 0) fail(Step::kRlimits);
-  if (BoundCapabilities(c.last_capability) != 0) fail(Step::kCapabilities);
-  if (SwitchIdentity(c.uid, c.gid, /*with_group=*/true) != 0) fail(Step::kIdentity);
-  if (::chdir(c.workdir.c_str()) != 0) fail(Step::kWorkdir);
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(Step::kNoNewPrivs);
-  if (RestrictSelf(c.landlock_abi) != 0) fail(Step::kLandlock);
-  if (LoadFilter(c.seccomp) != 0) fail(Step::kSeccomp);
-  ExecCommand(c);
-  fail(Step::kExec);
-  ::_exit(kSetupFailedExit);  // not reached
-}
 
 // PID 1's life after the command starts. Signals are all blocked and taken synchronously.
 [[noreturn]] void ReapAndForward(int control_fd, pid_t command) {
@@ -169,6 +110,18 @@ void ExecCommand(const CommandPlan& plan) {
       }
     }
   }
+}
+
+// Long-lived sandboxes: the rest of PID 1's life is the agent's. It must outlive the launcher
+// (no parent-death signal) and keep its socket and uid-range lock across the exec.
+[[noreturn]] void BecomeAgent(const ChildPlan& plan) {
+  if (::prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0) != 0 || ::fcntl(plan.agent_listen_fd, F_SETFD, 0) != 0 ||
+      ::fcntl(plan.uid_lock_fd, F_SETFD, 0) != 0) {
+    FailSetup(plan.control_fd, Failed(Step::kExecAgent));
+  }
+  ::syscall(SYS_execveat, plan.agent_exe, "", plan.agent_argv.data(), plan.agent_envp.data(),
+            AT_EMPTY_PATH);
+  FailSetup(plan.control_fd, Failed(Step::kExecAgent));
 }
 
 }  // namespace
@@ -207,6 +160,7 @@ const char* StepName(Step step) {
     case Step::kNoNewPrivs: return "set no_new_privs";
     case Step::kSeccomp: return "load seccomp filter";
     case Step::kExec: return "exec";
+    case Step::kExecAgent: return "exec agent";
   }
   return "unknown step";
 }
@@ -218,17 +172,6 @@ void SendReport(int fd, const ChildReport& report) {
   } while (n < 0 && errno == EINTR);
 }
 
-void FinalizePlan(ChildPlan& plan) {
-  CommandPlan& c = plan.command;
-  c.argv.clear();
-  for (std::string& a : c.argv_storage) c.argv.push_back(a.data());
-  c.argv.push_back(nullptr);
-  c.envp.clear();
-  for (std::string& e : c.env_storage) c.envp.push_back(e.data());
-  c.envp.push_back(nullptr);
-  c.seccomp.len = static_cast<unsigned short>(plan.filter.size());
-  c.seccomp.filter = plan.filter.data();
-}
 
 void SandboxInitMain(const ChildPlan& plan) {
   const int control = plan.control_fd;
@@ -264,6 +207,7 @@ void SandboxInitMain(const ChildPlan& plan) {
   }
   // PID 1 keeps namespace-root powers; nothing inside may ptrace it or read its memory.
   ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  if (plan.agent_exe >= 0) BecomeAgent(plan);
   sigset_t all;
   sigfillset(&all);
   if (::sigprocmask(SIG_BLOCK, &all, nullptr) != 0) FailSetup(control, Failed(Step::kBlockSignals));
@@ -273,7 +217,7 @@ void SandboxInitMain(const ChildPlan& plan) {
   // the command's set-up. PID 1 stays suspended until the command execs or exits.
   pid_t command = ::vfork();
   if (command < 0) FailSetup(control, Failed(Step::kForkCommand));
-  if (command == 0) CommandMain(plan);
+  if (command == 0) RunCommand(plan.command, plan.control_fd);
   ReapAndForward(control, command);
 }
 

@@ -59,13 +59,12 @@ StepResult MountProc(const RootfsPlan& plan) {
   if (::mount("proc", plan.root_proc.c_str(), "proc", kFlags, nullptr) != 0) {
     return Failed(Step::kProc);
   }
-  char path[512];
-  for (const char* entry : kMaskedProc) {
-    if (!Join(path, sizeof path, plan.root_proc.c_str(), entry)) return Failed(Step::kMaskProc);
-    if (::access(path, F_OK) != 0) continue;
-    if (::mount("/dev/null", path, nullptr, MS_BIND, nullptr) != 0) return Failed(Step::kMaskProc);
+  for (const std::string& entry : plan.masked_proc) {
+    if (::mount("/dev/null", entry.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      return Failed(Step::kMaskProc);
+    }
   }
-  if (!Join(path, sizeof path, plan.root_proc.c_str(), "sys")) return Failed(Step::kMaskProc);
+  const char* path = plan.root_proc_sys.c_str();
   if (::mount(path, path, nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
       ::mount(nullptr, path, nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | kFlags, nullptr) != 0) {
     return Failed(Step::kMaskProc);
@@ -150,6 +149,13 @@ RootfsPlan MakeRootfsPlan(const std::string& scratch_dir, uint64_t disk_bytes,
                                        ",workdir=", p.usr_work, ",userxattr");
   p.root_usr = p.root + "/usr";
   p.root_proc = p.root + "/proc";
+  p.root_proc_sys = p.root_proc + "/sys";
+  // The sandbox's procfs has the same entries as the host's (same kernel): look them up here.
+  for (const char* entry : kMaskedProc) {
+    if (::access((std::string("/proc/") + entry).c_str(), F_OK) == 0) {
+      p.masked_proc.push_back(p.root_proc + "/" + entry);
+    }
+  }
   p.root_dev = p.root + "/dev";
   p.root_dev_pts = p.root_dev + "/pts";
   p.root_dev_shm = p.root_dev + "/shm";

@@ -19,6 +19,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "base/unique_fd.h"
@@ -44,6 +45,8 @@ struct RootfsPlan {
   std::string root;                                // the new root (overlay mount point)
   std::string root_overlay_options, usr_overlay_options;
   std::string root_usr, root_proc, root_dev, root_dev_pts, root_dev_shm;
+  std::vector<std::string> masked_proc;  // entries of the new /proc to cover (those that exist)
+  std::string root_proc_sys;
   std::string dev_shm_options;
   std::string etc_hosts, etc_hostname;  // paths under root
   std::string hosts_content, hostname_content;

@@ -44,6 +44,7 @@ enum class Step : int32_t {
   kNoNewPrivs,
   kSeccomp,
   kExec,
+  kExecAgent,
 };
 const char* StepName(Step step);
 

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,53 +38,37 @@ std::string OneShotCgroupName(const std::string& id) {
   return absl::StrCat(kOneShotPrefix, ::getpid(), "-", id);
 }
 
-// execvp's search, done here so the restricted zone only has to try paths.
-std::vector<std::string> ExecCandidates(const std::string& command,
-                                        const std::vector<std::string>& env) {
-  if (command.find('/') != std::string::npos) return {command};
-  std::string path_var = "/usr/local/bin:/usr/bin:/bin";
-  for (const std::string& kv : env) {
-    if (kv.rfind("PATH=", 0) == 0) path_var = kv.substr(5);
-  }
-  std::vector<std::string> out;
-  for (absl::string_view dir : absl::StrSplit(path_var, ':')) {
-    out.push_back(absl::StrCat(dir.empty() ? "." : dir, "/", command));
-  }
-  return out;
-}
+// Long-lived sandboxes outlive their launcher: no owner pid in the name, never swept.
+std::string LongLivedCgroupName(const std::string& id) { return absl::StrCat("brig-sb-", id); }
 
-int LastCapability() {
-  static const int last = [] {
-    int value = 63;
-    absl::StatusOr<std::string> text = ReadFile("/proc/sys/kernel/cap_last_cap");
-    if (text.ok()) (void)absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &value);
-    return value;
-  }();
-  return last;
-}
 
-std::unique_ptr<ChildPlan> MakeChildPlan(const std::string& state_dir, const SandboxSpec& spec,
-                                         const ProcessSpec& process,
-                                         const std::vector<sock_filter>& filter) {
+
+std::unique_ptr<ChildPlan> MakeChildPlan(const std::string& state_dir, const SandboxSpec& spec) {
   auto plan = std::make_unique<ChildPlan>();
   plan->hostname = spec.id;
   plan->rootfs = MakeRootfsPlan(state_dir + "/mnt", spec.limits.disk_bytes, plan->hostname);
-  plan->filter = filter;
-  CommandPlan& c = plan->command;
-  UserIdentity who = IdentityOf(process.user);
-  c.uid = who.uid;
-  c.gid = who.gid;
-  c.workdir = process.workdir.empty() ? who.home : process.workdir;
-  c.open_files = spec.limits.open_files;
-  for (int n = 0; n < 3; ++n) c.stdio[n] = process.stdio[n];
-  c.landlock_abi = LandlockAbi();
-  c.last_capability = LastCapability();
-  c.argv_storage = process.argv;
-  c.env_storage = BuildEnvironment(process, plan->hostname);
-  c.candidates = ExecCandidates(process.argv[0], c.env_storage);
-  FinalizePlan(*plan);
   return plan;
 }
+
+// The agent's listening socket, at a host path only root can reach (docs/agent-protocol.md).
+absl::StatusOr<UniqueFd> ListenForDaemon(const std::string& path) {
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof addr.sun_path) {
+    return absl::InvalidArgumentError(absl::StrCat("agent socket path too long: ", path));
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return ErrnoError("socket", "AF_UNIX");
+  ::unlink(path.c_str());
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    return ErrnoError("bind", path);
+  }
+  if (::chmod(path.c_str(), 0600) != 0) return ErrnoError("chmod", path);
+  if (::listen(fd.get(), 64) != 0) return ErrnoError("listen", path);
+  return fd;
+}
+
 
 // A command that reopens its stdout through /dev/stdout (as `echo x >/dev/stderr` does) needs
 // access to the pipe's inode, which the launcher's caller owns. Pipes handed to the command are
@@ -157,36 +142,72 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& state_di
   BRIG_RETURN_IF_ERROR(MakeDirs(state_dir + "/mnt", 0755));
   if (::chmod(state_dir.c_str(), 0711) != 0) return ErrnoError("chmod", state_dir);
   BRIG_ASSIGN_OR_RETURN(CgroupHost cgroups, CgroupHost::Detect());
-  BRIG_ASSIGN_OR_RETURN(std::vector<sock_filter> filter, CompileSandboxFilter());
   // One lock file for the whole host, whatever the state dir: two state dirs must never hand
   // out the same uid range. /run is per boot, like the locks.
   std::string uid_slots = "/run/brig/uid-slots";
   if (!MakeDirs("/run/brig", 0700).ok()) uid_slots = state_dir + "/uid-slots";
   return std::unique_ptr<Engine>(
-      new Engine(state_dir, std::move(uid_slots), std::move(cgroups), std::move(filter)));
+      new Engine(state_dir, std::move(uid_slots), std::move(cgroups)));
 }
 
 absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Launch(SandboxSpec spec,
                                                         ProcessSpec process) const {
   BRIG_RETURN_IF_ERROR(Validate(spec, process));
   if (spec.id.empty()) spec.id = NewSandboxId();
+  std::unique_ptr<ChildPlan> plan = MakeChildPlan(state_dir_, spec);
+  for (int n = 0; n < 3; ++n) plan->keep_fds[2 + n] = process.stdio[n];
+  MakeCommandPlan(process, spec.id, spec.limits.open_files, plan->command);
+  Mode mode = {OneShotCgroupName(spec.id), /*freezable=*/false, [&](Sandbox& sandbox) {
+                 return HandOverStdioPipes(process, sandbox.ids_->host_base());
+               }};
+  return Start(std::move(spec), std::move(plan), mode);
+}
+
+absl::StatusOr<std::unique_ptr<Sandbox>> Engine::LaunchAgent(SandboxSpec spec,
+                                                             const AgentOptions& agent) const {
+  ProcessSpec placeholder;
+  placeholder.argv = {"brig-agent"};
+  BRIG_RETURN_IF_ERROR(Validate(spec, placeholder));
+  if (spec.id.empty()) spec.id = NewSandboxId();
+  std::unique_ptr<ChildPlan> plan = MakeChildPlan(state_dir_, spec);
+  BRIG_ASSIGN_OR_RETURN(UniqueFd exe, OpenFd(agent.binary, O_PATH));
+  BRIG_ASSIGN_OR_RETURN(UniqueFd listener, ListenForDaemon(agent.socket_path));
+  plan->agent_exe = plan->keep_fds[2] = exe.get();
+  plan->agent_listen_fd = plan->keep_fds[3] = listener.get();
+  plan->agent_argv_storage = {"brig", "agent"};
+  plan->agent_env_storage = {absl::StrCat("BRIG_AGENT_FD=", listener.get()),
+                             absl::StrCat("BRIG_OPEN_FILES=", spec.limits.open_files),
+                             "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"};
+  for (std::string& a : plan->agent_argv_storage) plan->agent_argv.push_back(a.data());
+  plan->agent_argv.push_back(nullptr);
+  for (std::string& e : plan->agent_env_storage) plan->agent_envp.push_back(e.data());
+  plan->agent_envp.push_back(nullptr);
+  std::string socket_path = agent.socket_path;
+  Mode mode = {LongLivedCgroupName(spec.id), /*freezable=*/true,
+               [&](Sandbox&) { return absl::OkStatus(); }};
+  absl::StatusOr<std::unique_ptr<Sandbox>> sandbox = Start(std::move(spec), std::move(plan), mode);
+  if (!sandbox.ok()) ::unlink(socket_path.c_str());
+  else (*sandbox)->agent_socket_ = socket_path;
+  return sandbox;
+}
+
+absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Start(SandboxSpec spec,
+                                                       std::unique_ptr<ChildPlan> plan,
+                                                       const Mode& mode) const {
   std::unique_ptr<Sandbox> sandbox(new Sandbox());
   sandbox->id_ = spec.id;
 
   // 1. The template must exist (checked now; opened once PID 1 exists, see 7).
-  if (spec.template_name != "base") {
-    return absl::NotFoundError(absl::StrCat("template \"", spec.template_name, "\" does not exist"));
-  }
+  BRIG_RETURN_IF_ERROR(CheckTemplateName(spec.template_name));
   // 2. A host uid/gid range of its own.
   BRIG_ASSIGN_OR_RETURN(IdRange ids, IdRange::Allocate(uid_slots_));
   sandbox->ids_.emplace(std::move(ids));
-  BRIG_RETURN_IF_ERROR(HandOverStdioPipes(process, sandbox->ids_->host_base()));
+  BRIG_RETURN_IF_ERROR(mode.prepare(*sandbox));
   // 3. A cgroup with its limits, beneath brig's own, watched for OOM kills.
-  BRIG_ASSIGN_OR_RETURN(sandbox->cgroup_, cgroups_.Create(OneShotCgroupName(spec.id), spec.limits,
-                                                          /*freezable=*/false));
+  BRIG_ASSIGN_OR_RETURN(sandbox->cgroup_,
+                        cgroups_.Create(mode.cgroup_name, spec.limits, mode.freezable));
   BRIG_ASSIGN_OR_RETURN(sandbox->oom_, sandbox->cgroup_->WatchOom());
-  // 4. Everything PID 1 will need, prepared now: it may not allocate.
-  std::unique_ptr<ChildPlan> plan = MakeChildPlan(state_dir_, spec, process, filter_);
+  // 4. Everything PID 1 will need is in `plan`, prepared beforehand: it may not allocate.
   plan->cgroup_tasks_files = sandbox->cgroup_->self_attach_files();
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
@@ -196,8 +217,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Launch(SandboxSpec spec,
   UniqueFd child_end(pair[1]);
   plan->control_fd = child_end.get();
   plan->keep_fds[0] = child_end.get();
-  plan->keep_fds[1] = sandbox->ids_->lock_fd();
-  for (int n = 0; n < 3; ++n) plan->keep_fds[2 + n] = process.stdio[n];
+  plan->keep_fds[1] = plan->uid_lock_fd = sandbox->ids_->lock_fd();
 
   // 5. PID 1, in new user, mount, PID, network, IPC and UTS namespaces (cgroup comes later,
   //    once it sits in its cgroup). It waits for step 7 before building anything.
@@ -264,6 +284,14 @@ Sandbox::~Sandbox() {
     }
   }
   // cgroup_'s destructor kills anything left and removes the directories.
+  if (!agent_socket_.empty()) ::unlink(agent_socket_.c_str());
+}
+
+void Sandbox::Detach() {
+  reaped_ = true;  // nothing left for the destructor to kill or reap
+  if (cgroup_) cgroup_->Release();
+  agent_socket_.clear();
+  // The launcher's copy of the uid-range lock closes with ids_; PID 1's copy keeps the range.
 }
 
 absl::Status Sandbox::Signal(int sig) {

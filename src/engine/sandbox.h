@@ -11,10 +11,10 @@
 // is driven by one thread at a time.
 #pragma once
 
-#include <linux/filter.h>
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,13 +47,25 @@ inline constexpr int kExitOutOfMemory = 123;
 int ExitCodeFor(const RunOutcome& outcome);
 
 class Sandbox;
+struct ChildPlan;
+
+// A long-lived sandbox: its PID 1 is the agent (agent/agent.h), reached at `socket_path`.
+struct AgentOptions {
+  std::string socket_path;              // created (0600, root only) and listened on by brig
+  std::string binary = "/proc/self/exe";  // the brig executable to run as the agent
+};
 
 class Engine {
  public:
   // Prepares <state_dir> (created if missing) and detects the host's cgroup layout.
   static absl::StatusOr<std::unique_ptr<Engine>> Open(const std::string& state_dir);
 
+  // A one-shot sandbox running `process`; it ends when the process does (or its launcher dies).
   absl::StatusOr<std::unique_ptr<Sandbox>> Launch(SandboxSpec sandbox, ProcessSpec process) const;
+  // A long-lived sandbox whose PID 1 is the agent. It runs until killed, and survives its
+  // launcher once Detach()ed.
+  absl::StatusOr<std::unique_ptr<Sandbox>> LaunchAgent(SandboxSpec sandbox,
+                                                       const AgentOptions& agent) const;
 
   // Removes cgroups of one-shot sandboxes whose launcher died without cleaning up.
   absl::Status SweepStale() const;
@@ -62,16 +74,22 @@ class Engine {
   const std::string& state_dir() const { return state_dir_; }
 
  private:
-  Engine(std::string state_dir, std::string uid_slots, CgroupHost cgroups,
-         std::vector<sock_filter> filter)
+  struct Mode {
+    std::string cgroup_name;
+    bool freezable;
+    std::function<absl::Status(Sandbox&)> prepare;  // once the uid range is known
+  };
+  // The steps shared by both kinds, in order (sandbox.cc).
+  absl::StatusOr<std::unique_ptr<Sandbox>> Start(SandboxSpec spec, std::unique_ptr<ChildPlan> plan,
+                                                 const Mode& mode) const;
+
+  Engine(std::string state_dir, std::string uid_slots, CgroupHost cgroups)
       : state_dir_(std::move(state_dir)),
         uid_slots_(std::move(uid_slots)),
-        cgroups_(std::move(cgroups)),
-        filter_(std::move(filter)) {}
+        cgroups_(std::move(cgroups)) {}
   std::string state_dir_;
   std::string uid_slots_;  // the lock file of host uid ranges (userns.h), shared host-wide
   CgroupHost cgroups_;
-  std::vector<sock_filter> filter_;  // compiled once per Engine
 };
 
 class Sandbox {
@@ -89,6 +107,10 @@ class Sandbox {
   // Kills every process of the sandbox.
   absl::Status Kill();
 
+  // Gives up ownership without killing: the sandbox (a long-lived one) keeps running, its
+  // cgroup and uid range stay, and this object forgets them.
+  void Detach();
+
   // Waits until the command ends or the sandbox's timeout passes (then kills it). When
   // `forward_signals_fd` is a signalfd, signals read from it are forwarded with Signal().
   RunOutcome Wait(int forward_signals_fd = -1);
@@ -105,6 +127,7 @@ class Sandbox {
   UniqueFd oom_;      // readable at the first OOM kill (v1), see SandboxCgroup::WatchOom
   std::unique_ptr<SandboxCgroup> cgroup_;
   std::optional<IdRange> ids_;
+  std::string agent_socket_;  // long-lived sandboxes: removed when the sandbox is destroyed
   std::optional<std::chrono::steady_clock::time_point> deadline_;
   std::chrono::steady_clock::time_point started_;
   bool reaped_ = false;

@@ -5,10 +5,8 @@
 #include <sched.h>
 #include <seccomp.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -121,9 +119,5 @@ absl::StatusOr<std::vector<sock_filter>> CompileSandboxFilter() {
   return program;
 }
 
-int LoadFilter(const sock_fprog& program) {
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
-  return static_cast<int>(::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &program));
-}
 
 }  // namespace brig

@@ -167,11 +167,16 @@ void RemoveRetired(const fs::path& dir) {
 
 }  // namespace
 
-absl::StatusOr<TemplatePaths> EnsureTemplate(const std::string& state_dir,
-                                             const std::string& name) {
+absl::Status CheckTemplateName(const std::string& name) {
   if (name != "base") {
     return absl::NotFoundError(absl::StrCat("template \"", name, "\" does not exist"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TemplatePaths> EnsureTemplate(const std::string& state_dir,
+                                             const std::string& name) {
+  BRIG_RETURN_IF_ERROR(CheckTemplateName(name));
   fs::path dir = fs::path(state_dir) / "templates" / name;
   TemplatePaths paths{(dir / "rootfs").string(), "/usr"};
   std::string want = Fingerprint();

@@ -22,6 +22,9 @@ struct TemplatePaths {
   std::string usr;     // becomes the sandbox's /usr (lower layer)
 };
 
+// NotFound unless a template of that name exists (only "base" for now).
+absl::Status CheckTemplateName(const std::string& name);
+
 absl::StatusOr<TemplatePaths> EnsureTemplate(const std::string& state_dir,
                                              const std::string& name);
 

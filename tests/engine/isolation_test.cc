@@ -213,8 +213,10 @@ TEST_F(Isolation, MemoryLimitReportsOom) {
   EXPECT_EQ(r.out.find("survived"), std::string::npos);
   EXPECT_NE(r.err.find("out of memory"), std::string::npos) << r.err;
   EXPECT_EQ(stats["outcome"], "out_of_memory");
-  EXPECT_GE(stats["oom_kills"].get<int>(), 1);
-  EXPECT_LE(stats["memory_peak_bytes"].get<uint64_t>(), 64ull << 20);
+  // (oom_kills may read 0: on v1 brig kills the sandbox at the OOM notification, which can
+  // come before the kernel's own kill.)
+  EXPECT_GE(stats["memory_peak_bytes"].get<uint64_t>(), 32ull << 20) << "it reached the limit";
+  EXPECT_LE(stats["memory_peak_bytes"].get<uint64_t>(), 64ull << 20) << "and not beyond";
 }
 
 TEST_F(Isolation, MemoryBreachEndsTheWholeSandbox) {

@@ -1,0 +1,505 @@
+#include "agent/agent.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "base/unique_fd.h"
+#include "engine/command.h"
+#include "engine/restricted.h"
+#include "nlohmann/json.hpp"
+#include "protocol/frame.h"
+
+namespace brig {
+namespace {
+
+using protocol::Encode;
+using protocol::FrameDecoder;
+using protocol::Message;
+using protocol::MessageType;
+using Json = nlohmann::json;
+
+// Each process keeps its latest output, both streams interleaved, up to this many bytes.
+constexpr size_t kRingBytes = 4u << 20;
+// A client that falls this far behind is disconnected (it may re-attach from its offset).
+constexpr size_t kMaxPendingBytes = 16u << 20;
+constexpr size_t kReadChunk = 64u << 10;
+constexpr uint16_t kStdout = 1, kStderr = 2;
+
+// Output of one process: byte offsets count both streams together from 0.
+class OutputRing {
+ public:
+  struct Chunk {
+    uint64_t offset;
+    uint16_t stream;
+    std::string data;
+  };
+  void Append(uint16_t stream, std::string data) {
+    uint64_t offset = end_;
+    end_ += data.size();
+    held_ += data.size();
+    chunks_.push_back({offset, stream, std::move(data)});
+    while (held_ > kRingBytes && chunks_.size() > 1) {
+      held_ -= chunks_.front().data.size();
+      chunks_.pop_front();
+    }
+  }
+  uint64_t start() const { return chunks_.empty() ? end_ : chunks_.front().offset; }
+  uint64_t end() const { return end_; }
+  const std::deque<Chunk>& chunks() const { return chunks_; }
+
+ private:
+  std::deque<Chunk> chunks_;
+  uint64_t end_ = 0;
+  size_t held_ = 0;
+};
+
+struct Process {
+  uint32_t channel = 0;
+  pid_t pid = -1;
+  std::string tag;
+  std::vector<std::string> argv;
+  UniqueFd stdin_w, stdout_r, stderr_r;
+  OutputRing ring;
+  bool reaped = false;
+  int wait_status = 0;
+  bool exit_announced = false;
+  std::set<int> followers;  // connection fds
+};
+
+struct Connection {
+  UniqueFd fd;
+  FrameDecoder decoder;
+  std::string pending;  // encoded frames not yet written
+};
+
+Json ErrorBody(int code, const std::string& message) {
+  return {{"code", code}, {"message", message}};
+}
+
+class Agent {
+ public:
+  absl::Status Init(int listen_fd, uint64_t open_files);
+  void Run();
+
+ private:
+  // epoll registration: the fd is the key; what it is comes from these maps.
+  void Watch(int fd, uint32_t events);
+  void Accept();
+  void OnConnectionReadable(int fd);
+  void OnConnectionWritable(int fd);
+  void CloseConnection(int fd);
+  void Send(int fd, MessageType type, uint32_t channel, const Json& body, uint16_t flags = 0);
+  void SendRaw(int fd, const Message& message);
+  void Handle(int fd, Message message);
+  void Exec(int fd, const Json& request);
+  void Attach(int fd, uint32_t channel, uint64_t offset);
+  void OnOutput(int pipe_fd);
+  void OnSignal();
+  void MaybeAnnounceExit(Process& p);
+  Process* Find(uint32_t channel);
+
+  UniqueFd epoll_, listen_, signals_;
+  uint64_t open_files_ = 1024;
+  std::string hostname_;
+  uint32_t next_channel_ = 1;
+  std::map<int, std::unique_ptr<Connection>> connections_;
+  std::map<uint32_t, std::unique_ptr<Process>> processes_;
+  std::map<int, uint32_t> pipes_;  // output pipe fd -> channel
+};
+
+absl::Status Agent::Init(int listen_fd, uint64_t open_files) {
+  listen_.reset(listen_fd);
+  open_files_ = open_files;
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  hostname_ = host;
+  // Nothing inside may trace the agent or read its memory.
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  ::fcntl(listen_fd, F_SETFD, FD_CLOEXEC);
+  ::fcntl(listen_fd, F_SETFL, O_NONBLOCK);
+  sigset_t mask;
+  sigfillset(&mask);
+  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  signals_.reset(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!signals_) return ErrnoError("signalfd", "SIGCHLD");
+  epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_) return ErrnoError("epoll_create1", "");
+  Watch(listen_.get(), EPOLLIN);
+  Watch(signals_.get(), EPOLLIN);
+  return absl::OkStatus();
+}
+
+void Agent::Watch(int fd, uint32_t events) {
+  epoll_event ev = {};
+  ev.events = events;
+  ev.data.fd = fd;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0 && errno == EEXIST) {
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev);
+  }
+}
+
+void Agent::Run() {
+  epoll_event events[64];
+  for (;;) {
+    int n = ::epoll_wait(epoll_.get(), events, 64, -1);
+    for (int i = 0; i < n; ++i) {
+      int fd = events[i].data.fd;
+      if (fd == listen_.get()) {
+        Accept();
+      } else if (fd == signals_.get()) {
+        OnSignal();
+      } else if (pipes_.count(fd)) {
+        OnOutput(fd);
+      } else if (connections_.count(fd)) {
+        if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) OnConnectionReadable(fd);
+        if (connections_.count(fd) && (events[i].events & EPOLLOUT)) OnConnectionWritable(fd);
+      }
+    }
+  }
+}
+
+void Agent::Accept() {
+  for (;;) {
+    int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    auto c = std::make_unique<Connection>();
+    c->fd.reset(fd);
+    connections_[fd] = std::move(c);
+    Watch(fd, EPOLLIN);
+  }
+}
+
+void Agent::CloseConnection(int fd) {
+  for (auto& [channel, p] : processes_) p->followers.erase(fd);
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  connections_.erase(fd);  // closes
+}
+
+void Agent::OnConnectionReadable(int fd) {
+  Connection& c = *connections_[fd];
+  char buf[kReadChunk];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      CloseConnection(fd);
+      return;
+    }
+    if (n < 0) break;
+    if (!c.decoder.Feed(absl::string_view(buf, static_cast<size_t>(n))).ok()) {
+      CloseConnection(fd);  // a malformed stream cannot be resynchronised
+      return;
+    }
+    while (std::optional<Message> m = c.decoder.Next()) {
+      Handle(fd, std::move(*m));
+      if (!connections_.count(fd)) return;
+    }
+  }
+}
+
+void Agent::OnConnectionWritable(int fd) {
+  Connection& c = *connections_[fd];
+  while (!c.pending.empty()) {
+    ssize_t n = ::send(fd, c.pending.data(), c.pending.size(), MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EAGAIN) break;
+      CloseConnection(fd);
+      return;
+    }
+    c.pending.erase(0, static_cast<size_t>(n));
+  }
+  Watch(fd, c.pending.empty() ? EPOLLIN : EPOLLIN | EPOLLOUT);
+}
+
+void Agent::SendRaw(int fd, const Message& message) {
+  auto it = connections_.find(fd);
+  if (it == connections_.end()) return;
+  Connection& c = *it->second;
+  c.pending += Encode(message);
+  if (c.pending.size() > kMaxPendingBytes) {
+    CloseConnection(fd);
+    return;
+  }
+  OnConnectionWritable(fd);
+}
+
+void Agent::Send(int fd, MessageType type, uint32_t channel, const Json& body, uint16_t flags) {
+  SendRaw(fd, {type, flags, channel, body.dump()});
+}
+
+Process* Agent::Find(uint32_t channel) {
+  auto it = processes_.find(channel);
+  return it == processes_.end() ? nullptr : it->second.get();
+}
+
+void Agent::Handle(int fd, Message m) {
+  Json body = Json::object();
+  bool is_data = m.type == MessageType::kStdin;
+  if (!is_data && !m.payload.empty()) {
+    body = Json::parse(m.payload, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded() || !body.is_object()) {
+      Send(fd, MessageType::kError, m.channel, ErrorBody(400, "payload is not a JSON object"));
+      return;
+    }
+  }
+  Process* p = Find(m.channel);
+  switch (m.type) {
+    case MessageType::kHello:
+      Send(fd, MessageType::kHelloReply, 0, {{"version", 1}, {"pid", ::getpid()}});
+      return;
+    case MessageType::kExec:
+      Exec(fd, body);
+      return;
+    case MessageType::kList: {
+      Json list = Json::array();
+      for (auto& [channel, proc] : processes_) {
+        list.push_back({{"channel", channel}, {"pid", proc->pid}, {"argv", proc->argv},
+                        {"running", !proc->reaped}, {"tag", proc->tag}});
+      }
+      Send(fd, MessageType::kProcessList, 0, {{"processes", list}});
+      return;
+    }
+    default:
+      break;
+  }
+  if (p == nullptr) {
+    Send(fd, MessageType::kError, m.channel, ErrorBody(404, "no such process"));
+    return;
+  }
+  switch (m.type) {
+    case MessageType::kStdin:
+      if (!p->stdin_w || ::write(p->stdin_w.get(), m.payload.data(), m.payload.size()) < 0) {
+        Send(fd, MessageType::kError, m.channel, ErrorBody(409, "stdin is closed"));
+      }
+      return;
+    case MessageType::kCloseStdin:
+      p->stdin_w.reset();
+      return;
+    case MessageType::kSignal: {
+      int sig = body.value("signal", 0);
+      if (sig <= 0 || sig > 64 || p->reaped || ::kill(-p->pid, sig) != 0) {
+        Send(fd, MessageType::kError, m.channel, ErrorBody(409, "cannot signal the process"));
+      }
+      return;
+    }
+    case MessageType::kAttach: {
+      const Json& offset = body["offset"];
+      Attach(fd, m.channel, offset.is_number_unsigned() ? offset.get<uint64_t>() : 0);
+      return;
+    }
+    default:
+      Send(fd, MessageType::kError, m.channel, ErrorBody(400, "not a request"));
+  }
+}
+
+void Agent::Exec(int fd, const Json& request) {
+  ProcessSpec spec;
+  std::string tag = request.value("tag", "");
+  const Json& argv = request["argv"];
+  if (!argv.is_array() || argv.empty()) {
+    Send(fd, MessageType::kError, 0, ErrorBody(400, "argv must be a non-empty array"));
+    return;
+  }
+  for (const Json& a : argv) {
+    if (!a.is_string()) {
+      Send(fd, MessageType::kError, 0, ErrorBody(400, "argv entries must be strings"));
+      return;
+    }
+    spec.argv.push_back(a.get<std::string>());
+  }
+  if (request.contains("env")) {
+    if (!request["env"].is_array()) {
+      Send(fd, MessageType::kError, 0, ErrorBody(400, "env must be an array of NAME=VALUE"));
+      return;
+    }
+    for (const Json& e : request["env"]) {
+      if (e.is_string()) spec.env.push_back(e.get<std::string>());
+    }
+  }
+  spec.workdir = request.value("cwd", "");
+  std::string user = request.value("user", "user");
+  if (user != "user" && user != "root") {
+    Send(fd, MessageType::kError, 0, ErrorBody(400, "user must be \"user\" or \"root\""));
+    return;
+  }
+  spec.user = user == "root" ? SandboxUser::kRoot : SandboxUser::kUser;
+  if (absl::Status valid = Validate(SandboxSpec{}, spec); !valid.ok()) {
+    Send(fd, MessageType::kError, 0, ErrorBody(400, std::string(valid.message())));
+    return;
+  }
+
+  int in[2], out[2], err[2], report[2];
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
+      ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, report) != 0) {
+    Send(fd, MessageType::kError, 0, ErrorBody(500, "cannot create pipes"));
+    return;
+  }
+  UniqueFd in_r(in[0]), out_w(out[1]), err_w(err[1]), report_r(report[0]), report_w(report[1]);
+  auto p = std::make_unique<Process>();
+  p->stdin_w.reset(in[1]);
+  p->stdout_r.reset(out[0]);
+  p->stderr_r.reset(err[0]);
+  spec.stdio[0] = in_r.get();
+  spec.stdio[1] = out_w.get();
+  spec.stdio[2] = err_w.get();
+  CommandPlan plan;
+  MakeCommandPlan(spec, hostname_, open_files_, plan);
+  pid_t pid = ::vfork();
+  if (pid == 0) RunCommand(plan, report_w.get());
+  if (pid < 0) {
+    Send(fd, MessageType::kError, 0, ErrorBody(500, "cannot start the process"));
+    return;
+  }
+  report_w.reset();
+  ChildReport failure = {};
+  bool failed = ::recv(report_r.get(), &failure, sizeof failure, MSG_DONTWAIT) == sizeof failure;
+  p->channel = next_channel_++;
+  p->pid = pid;
+  p->tag = tag;
+  p->argv = spec.argv;
+  p->followers.insert(fd);
+  uint32_t channel = p->channel;
+  if (failed) {
+    // It did not exec: say why, and let the reaper collect its status (127, 126 or 125).
+    std::string why = absl::StrCat(StepName(static_cast<Step>(failure.step)), ": ",
+                                   std::strerror(failure.error));
+    Send(fd, MessageType::kError, channel,
+         ErrorBody(failure.step == static_cast<int32_t>(Step::kExec) && failure.error == ENOENT
+                       ? 404 : 500,
+                   why));
+  }
+  ::fcntl(p->stdout_r.get(), F_SETFL, O_NONBLOCK);
+  ::fcntl(p->stderr_r.get(), F_SETFL, O_NONBLOCK);
+  ::fcntl(p->stdin_w.get(), F_SETFL, O_NONBLOCK);
+  pipes_[p->stdout_r.get()] = channel;
+  pipes_[p->stderr_r.get()] = channel;
+  Watch(p->stdout_r.get(), EPOLLIN);
+  Watch(p->stderr_r.get(), EPOLLIN);
+  // Without "stdin": true the command reads end-of-file at once, as non-interactive tools expect.
+  if (!request.value("stdin", false)) p->stdin_w.reset();
+  processes_[channel] = std::move(p);
+  Send(fd, MessageType::kStarted, channel, {{"pid", pid}, {"tag", tag}});
+}
+
+void Agent::Attach(int fd, uint32_t channel, uint64_t offset) {
+  Process& p = *processes_[channel];
+  if (offset < p.ring.start()) {
+    Send(fd, MessageType::kTruncated, channel, {{"from", offset}, {"to", p.ring.start()}});
+    offset = p.ring.start();
+  }
+  for (const OutputRing::Chunk& chunk : p.ring.chunks()) {
+    uint64_t end = chunk.offset + chunk.data.size();
+    if (end <= offset) continue;
+    size_t skip = offset > chunk.offset ? static_cast<size_t>(offset - chunk.offset) : 0;
+    std::string payload(8, '\0');
+    uint64_t at = chunk.offset + skip;
+    for (int i = 0; i < 8; ++i) payload[i] = static_cast<char>((at >> (8 * i)) & 0xff);
+    payload.append(chunk.data, skip, std::string::npos);
+    SendRaw(fd, {MessageType::kOutput, chunk.stream, channel, std::move(payload)});
+  }
+  if (!connections_.count(fd)) return;
+  if (p.exit_announced) {
+    Json status = WIFEXITED(p.wait_status) ? Json{{"exit_code", WEXITSTATUS(p.wait_status)}}
+                                           : Json{{"signal", WTERMSIG(p.wait_status)}};
+    Send(fd, MessageType::kExited, channel, status);
+  } else {
+    p.followers.insert(fd);
+  }
+}
+
+void Agent::OnOutput(int pipe_fd) {
+  uint32_t channel = pipes_[pipe_fd];
+  Process& p = *processes_[channel];
+  uint16_t stream = pipe_fd == p.stdout_r.get() ? kStdout : kStderr;
+  char buf[kReadChunk];
+  for (;;) {
+    ssize_t n = ::read(pipe_fd, buf, sizeof buf);
+    if (n > 0) {
+      uint64_t offset = p.ring.end();
+      std::string data(buf, static_cast<size_t>(n));
+      std::string payload(8, '\0');
+      for (int i = 0; i < 8; ++i) payload[i] = static_cast<char>((offset >> (8 * i)) & 0xff);
+      payload += data;
+      p.ring.Append(stream, std::move(data));
+      std::set<int> followers = p.followers;  // Send may drop a slow follower
+      for (int fd : followers) SendRaw(fd, {MessageType::kOutput, stream, channel, payload});
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    // End of stream (or an error): this pipe is done.
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, pipe_fd, nullptr);
+    pipes_.erase(pipe_fd);
+    (stream == kStdout ? p.stdout_r : p.stderr_r).reset();
+    MaybeAnnounceExit(p);
+    return;
+  }
+}
+
+void Agent::OnSignal() {
+  signalfd_siginfo si;
+  while (::read(signals_.get(), &si, sizeof si) == sizeof si) {
+  }
+  int status = 0;
+  pid_t pid;
+  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    for (auto& [channel, p] : processes_) {
+      if (p->pid != pid) continue;
+      p->reaped = true;
+      p->wait_status = status;
+      p->stdin_w.reset();
+      MaybeAnnounceExit(*p);
+    }
+    // Any other pid is an orphan reparented to PID 1: reaping it is all there is to do.
+  }
+}
+
+// A process has ended once it is reaped and its output is drained, so that its exit is the
+// last thing a follower hears of it.
+void Agent::MaybeAnnounceExit(Process& p) {
+  if (!p.reaped || p.stdout_r || p.stderr_r || p.exit_announced) return;
+  p.exit_announced = true;
+  Json status = WIFEXITED(p.wait_status) ? Json{{"exit_code", WEXITSTATUS(p.wait_status)}}
+                                         : Json{{"signal", WTERMSIG(p.wait_status)}};
+  std::set<int> followers = p.followers;
+  for (int fd : followers) Send(fd, MessageType::kExited, p.channel, status);
+  p.followers.clear();
+}
+
+}  // namespace
+
+int AgentMain() {
+  const char* fd_text = std::getenv("BRIG_AGENT_FD");
+  const char* files_text = std::getenv("BRIG_OPEN_FILES");
+  int listen_fd = -1;
+  uint64_t open_files = 1024;
+  if (fd_text == nullptr || !absl::SimpleAtoi(fd_text, &listen_fd) || listen_fd < 3) {
+    std::fprintf(stderr, "brig agent: BRIG_AGENT_FD is not set; the agent is started by brig\n");
+    return 125;
+  }
+  if (files_text != nullptr) (void)absl::SimpleAtoi(files_text, &open_files);
+  ::unsetenv("BRIG_AGENT_FD");
+  Agent agent;
+  if (absl::Status s = agent.Init(listen_fd, open_files); !s.ok()) {
+    std::fprintf(stderr, "brig agent: %s\n", std::string(s.message()).c_str());
+    return 125;
+  }
+  agent.Run();
+  return 0;
+}
+
+}  // namespace brig
