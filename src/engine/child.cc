@@ -115,7 +115,10 @@ StepResult BecomeNamespaceRoot() {
 // Long-lived sandboxes: the rest of PID 1's life is the agent's. It must outlive the launcher
 // (no parent-death signal) and keep its socket and uid-range lock across the exec.
 [[noreturn]] void BecomeAgent(const ChildPlan& plan) {
-  if (::prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0) != 0 || ::fcntl(plan.agent_listen_fd, F_SETFD, 0) != 0 ||
+  // The launcher's stdio is not the agent's: it may be a terminal or a pipe someone waits on.
+  int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null < 0 || ::dup2(null, 0) < 0 || ::dup2(null, 1) < 0 || ::dup2(null, 2) < 0 ||
+      ::prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0) != 0 || ::fcntl(plan.agent_listen_fd, F_SETFD, 0) != 0 ||
       ::fcntl(plan.uid_lock_fd, F_SETFD, 0) != 0) {
     FailSetup(plan.control_fd, Failed(Step::kExecAgent));
   }

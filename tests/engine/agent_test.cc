@@ -1,0 +1,263 @@
+// Long-lived sandboxes: the agent as PID 1, driven over the agent protocol on its socket.
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include <cstring>
+
+#include "engine/sandbox.h"
+#include "protocol/frame.h"
+#include "support/sandbox_fixture.h"
+
+namespace brig::testing {
+namespace {
+
+using protocol::Message;
+using protocol::MessageType;
+using Json = nlohmann::json;
+
+class AgentClient {
+ public:
+  explicit AgentClient(const std::string& path) {
+    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~AgentClient() { close(fd_); }
+  bool connected() const { return connected_; }
+
+  void Send(MessageType type, uint32_t channel, const std::string& payload) {
+    std::string bytes = protocol::Encode({type, 0, channel, payload});
+    ASSERT_EQ(write(fd_, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  }
+  void SendJson(MessageType type, uint32_t channel, const Json& body) {
+    Send(type, channel, body.dump());
+  }
+  void SendRawBytes(const std::string& bytes) {
+    ASSERT_EQ(write(fd_, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  }
+
+  // The next message, or nullopt after `timeout` or when the agent closed the connection.
+  std::optional<Message> Next(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (std::optional<Message> m = decoder_.Next()) return m;
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd p = {fd_, POLLIN, 0};
+      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
+      char buf[65536];
+      ssize_t n = read(fd_, buf, sizeof buf);
+      if (n <= 0) return std::nullopt;
+      if (!decoder_.Feed(absl::string_view(buf, static_cast<size_t>(n))).ok()) return std::nullopt;
+    }
+  }
+
+  // Collects a process's output (stdout then stderr bytes, in arrival order, per stream) until
+  // its exit message, which is returned.
+  Json UntilExit(uint32_t channel, std::string* out, std::string* err = nullptr,
+                 std::vector<uint64_t>* offsets = nullptr) {
+    while (std::optional<Message> m = Next()) {
+      if (m->channel != channel) continue;
+      if (m->type == MessageType::kOutput) {
+        uint64_t offset = 0;
+        for (int i = 7; i >= 0; --i) offset = (offset << 8) | static_cast<unsigned char>(m->payload[i]);
+        if (offsets) offsets->push_back(offset);
+        std::string data = m->payload.substr(8);
+        if (m->flags == 1 && out) *out += data;
+        if (m->flags == 2 && err) *err += data;
+      } else if (m->type == MessageType::kExited) {
+        return Json::parse(m->payload);
+      }
+    }
+    return Json();
+  }
+
+  // Sends kExec and returns the new process's channel (0 on error).
+  uint32_t Exec(const Json& request) {
+    SendJson(MessageType::kExec, 0, request);
+    std::optional<Message> m = Next();
+    if (!m || m->type != MessageType::kStarted) return 0;
+    return m->channel;
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  protocol::FrameDecoder decoder_;
+};
+
+class AgentTest : public SandboxTest {
+ protected:
+  void SetUp() override {
+    SandboxTest::SetUp();
+    if (IsSkipped()) return;
+    auto engine = Engine::Open(state_dir());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(*engine);
+    socket_path_ = socket_dir_.path() + "/agent.sock";
+    AgentOptions options;
+    options.socket_path = socket_path_;
+    options.binary = BRIG_BINARY;
+    auto sandbox = engine_->LaunchAgent({}, options);
+    ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+    sandbox_ = std::move(*sandbox);
+  }
+  // A detached sandbox is the test's to clean up, whatever the test's outcome.
+  void TearDown() override {
+    if (detached_pid_ > 0) {
+      kill(detached_pid_, SIGKILL);
+      waitpid(detached_pid_, nullptr, 0);
+      EXPECT_TRUE(engine_->cgroups().RemoveStale("brig-sb-" + detached_id_).ok());
+      unlink(socket_path_.c_str());
+    }
+  }
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Sandbox> sandbox_;
+  TempDir socket_dir_;
+  std::string socket_path_;
+  pid_t detached_pid_ = -1;
+  std::string detached_id_;
+};
+
+TEST_F(AgentTest, RunsCommandsAndStreamsOutput) {
+  AgentClient c(socket_path_);
+  ASSERT_TRUE(c.connected());
+  c.SendJson(MessageType::kHello, 0, {{"version", 1}});
+  std::optional<Message> hello = c.Next();
+  ASSERT_TRUE(hello && hello->type == MessageType::kHelloReply);
+  EXPECT_EQ(Json::parse(hello->payload)["pid"], 1) << "the agent is the sandbox's PID 1";
+
+  SCOPED_TRACE("exec");
+  c.SendJson(MessageType::kExec, 0,
+             {{"argv", {"/bin/sh", "-c", "echo out; echo err >&2; exit 3"}}, {"tag", "t1"}});
+  std::optional<Message> started = c.Next();
+  ASSERT_TRUE(started && started->type == MessageType::kStarted);
+  EXPECT_EQ(Json::parse(started->payload)["tag"], "t1");
+  std::string out, err;
+  Json exited = c.UntilExit(started->channel, &out, &err);
+  EXPECT_EQ(out, "out\n");
+  EXPECT_EQ(err, "err\n");
+  EXPECT_EQ(exited["exit_code"], 3);
+}
+
+TEST_F(AgentTest, CommandsRunSandboxed) {
+  AgentClient c(socket_path_);
+  uint32_t ch = c.Exec({{"argv", {"/bin/sh", "-c",
+                                  "id -un; grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status; "
+                                  "echo $HOME $HOSTNAME; pwd"}}});
+  ASSERT_NE(ch, 0u);
+  std::string out;
+  EXPECT_EQ(c.UntilExit(ch, &out)["exit_code"], 0);
+  EXPECT_NE(out.find("user\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("Seccomp:\t2"), std::string::npos) << out;
+  EXPECT_NE(out.find("NoNewPrivs:\t1"), std::string::npos) << out;
+  EXPECT_NE(out.find("CapEff:\t0000000000000000"), std::string::npos) << out;
+  EXPECT_NE(out.find("/home/user " + sandbox_->id()), std::string::npos) << out;
+  uint32_t root = c.Exec({{"argv", {"/usr/bin/id", "-u"}}, {"user", "root"}, {"cwd", "/tmp"}});
+  std::string root_out;
+  c.UntilExit(root, &root_out);
+  EXPECT_EQ(root_out, "0\n");
+}
+
+TEST_F(AgentTest, StdinReachesTheProcess) {
+  AgentClient c(socket_path_);
+  uint32_t ch = c.Exec({{"argv", {"/bin/cat"}}, {"stdin", true}});
+  ASSERT_NE(ch, 0u);
+  c.Send(MessageType::kStdin, ch, "hello ");
+  c.Send(MessageType::kStdin, ch, "world");
+  c.Send(MessageType::kCloseStdin, ch, "");
+  std::string out;
+  EXPECT_EQ(c.UntilExit(ch, &out)["exit_code"], 0);
+  EXPECT_EQ(out, "hello world");
+  // Without "stdin": true, the command sees end-of-file at once.
+  uint32_t no_stdin = c.Exec({{"argv", {"/bin/cat"}}});
+  std::string nothing;
+  EXPECT_EQ(c.UntilExit(no_stdin, &nothing)["exit_code"], 0);
+  EXPECT_EQ(nothing, "");
+}
+
+TEST_F(AgentTest, ReattachResumesFromAnOffset) {
+  uint32_t ch;
+  {
+    AgentClient first(socket_path_);
+    ch = first.Exec({{"argv", {"/bin/sh", "-c", "printf abcdef; sleep 0.3; printf ghi"}}});
+    ASSERT_NE(ch, 0u);
+    std::optional<Message> m = first.Next();  // "abcdef", then the client goes away
+    ASSERT_TRUE(m && m->type == MessageType::kOutput);
+  }
+  // Dropping the stream did not kill the process; a new client resumes from byte 3.
+  AgentClient second(socket_path_);
+  second.SendJson(MessageType::kAttach, ch, {{"offset", 3}});
+  std::string out;
+  std::vector<uint64_t> offsets;
+  Json exited = second.UntilExit(ch, &out, nullptr, &offsets);
+  EXPECT_EQ(exited["exit_code"], 0);
+  EXPECT_EQ(out, "defghi");
+  ASSERT_FALSE(offsets.empty());
+  EXPECT_EQ(offsets.front(), 3u);
+}
+
+TEST_F(AgentTest, SignalsAndErrors) {
+  AgentClient c(socket_path_);
+  uint32_t ch = c.Exec({{"argv", {"/bin/sleep", "100"}}});
+  ASSERT_NE(ch, 0u);
+  c.SendJson(MessageType::kSignal, ch, {{"signal", SIGTERM}});
+  EXPECT_EQ(c.UntilExit(ch, nullptr)["signal"], SIGTERM);
+
+  c.SendJson(MessageType::kSignal, 999, {{"signal", SIGTERM}});
+  std::optional<Message> e = c.Next();
+  ASSERT_TRUE(e && e->type == MessageType::kError);
+  EXPECT_EQ(Json::parse(e->payload)["code"], 404);
+
+  c.SendJson(MessageType::kExec, 0, {{"argv", "not-an-array"}});
+  e = c.Next();
+  ASSERT_TRUE(e && e->type == MessageType::kError);
+  EXPECT_EQ(Json::parse(e->payload)["code"], 400);
+
+  c.SendJson(MessageType::kExec, 0, {{"argv", {"no-such-command"}}});
+  std::optional<Message> failed = c.Next();
+  ASSERT_TRUE(failed && failed->type == MessageType::kError);
+  EXPECT_EQ(Json::parse(failed->payload)["code"], 404);
+  std::optional<Message> started = c.Next();
+  ASSERT_TRUE(started && started->type == MessageType::kStarted);
+  EXPECT_EQ(c.UntilExit(started->channel, nullptr)["exit_code"], 127);
+
+  // A malformed frame ends that connection only.
+  AgentClient hostile(socket_path_);
+  hostile.SendRawBytes(std::string(16, '\xff'));
+  EXPECT_FALSE(hostile.Next(std::chrono::seconds(2)).has_value());
+  c.SendJson(MessageType::kList, 0, Json::object());
+  std::optional<Message> list = c.Next();
+  ASSERT_TRUE(list.has_value());
+  ASSERT_EQ(list->type, MessageType::kProcessList) << list->payload;
+  EXPECT_EQ(Json::parse(list->payload)["processes"].size(), 2u) << "sleep and no-such-command";
+}
+
+TEST_F(AgentTest, OutlivesItsLauncherOnceDetached) {
+  detached_pid_ = sandbox_->init_pid();
+  detached_id_ = sandbox_->id();
+  {
+    AgentClient c(socket_path_);
+    ASSERT_NE(c.Exec({{"argv", {"/bin/sleep", "100"}}, {"tag", "survivor"}}), 0u);
+  }
+  sandbox_->Detach();
+  sandbox_.reset();  // the launcher's handle is gone; the sandbox is not
+  AgentClient again(socket_path_);
+  ASSERT_TRUE(again.connected());
+  again.SendJson(MessageType::kList, 0, Json::object());
+  std::optional<Message> list = again.Next();
+  ASSERT_TRUE(list && list->type == MessageType::kProcessList);
+  Json processes = Json::parse(list->payload)["processes"];
+  ASSERT_EQ(processes.size(), 1u);
+  EXPECT_EQ(processes[0]["tag"], "survivor");
+  EXPECT_TRUE(processes[0]["running"]);
+  EXPECT_FALSE(CgroupsNamed("brig-sb-" + detached_id_).empty()) << "its cgroups stay";
+}
+
+}  // namespace
+}  // namespace brig::testing
