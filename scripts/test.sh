@@ -17,3 +17,4 @@ echo "== benchmark smoke run (full numbers: docs/benchmarks.md)"
 bench_state=$(mktemp -d /tmp/brig-bench.XXXXXX)
 trap 'rm -rf "$bench_state"' EXIT
 build/bench/run_vs_bwrap --iterations 20 --brig build/brig --state-dir "$bench_state"
+build/bench/agent_roundtrip --iterations 20 --brig build/brig --state-dir "$bench_state"
