@@ -14,6 +14,7 @@
 
 #include "engine/sandbox.h"
 #include "protocol/client.h"
+#include "stats.h"
 
 namespace {
 
@@ -26,14 +27,6 @@ double Ms(Clock::time_point from) {
   return std::chrono::duration<double, std::milli>(Clock::now() - from).count();
 }
 
-void Report(const char* name, std::vector<double> v, int errors) {
-  std::sort(v.begin(), v.end());
-  auto pct = [&](double p) {
-    return v.empty() ? 0.0 : v[std::min(v.size() - 1, static_cast<size_t>(p / 100 * (v.size() - 1) + 0.5))];
-  };
-  std::printf("| %s | %.2f | %.2f | %.2f | %zu | %d |\n", name, pct(50), pct(95), pct(99), v.size(),
-              errors);
-}
 
 // Waits for `type` on `channel` (any channel when 0); false on timeout or protocol error.
 bool Await(AgentConnection& c, MessageType type, uint32_t* channel) {
@@ -107,8 +100,9 @@ int main(int argc, char** argv) {
   }
   if (!conn.ok()) roundtrip_errors = iterations;
 
-  std::printf("| workload | p50 ms | p95 ms | p99 ms | runs | errors |\n|---|---:|---:|---:|---:|---:|\n");
-  Report("long-lived: create → first byte of `echo hi` → kill", create, create_errors);
-  Report("command round trip on a running sandbox (`/bin/true`)", roundtrip, roundtrip_errors);
+  brig::bench::PrintHeader("workload");
+  brig::bench::PrintRow("long-lived: create → first byte of `echo hi` → kill", create, create_errors);
+  brig::bench::PrintRow("command round trip on a running sandbox (`/bin/true`)", roundtrip,
+                        roundtrip_errors);
   return create_errors == 0 && roundtrip_errors == 0 ? 0 : 1;
 }

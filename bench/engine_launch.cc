@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/sandbox.h"
+#include "stats.h"
 
 int main(int argc, char** argv) {
   int iterations = 200;
@@ -41,8 +42,7 @@ int main(int argc, char** argv) {
     if (out.kind != brig::RunOutcome::Kind::kExited || out.exit_code != 0) ++errors;
     else if (i >= 10) ms.push_back(t);
   }
-  std::sort(ms.begin(), ms.end());
-  auto pct = [&](double p) { return ms.empty() ? 0 : ms[std::min(ms.size() - 1, size_t(p / 100 * (ms.size() - 1) + 0.5))]; };
-  std::printf("| engine: Launch+Wait of /bin/true | %.2f | %.2f | %.2f | %zu | %d |\n", pct(50), pct(95), pct(99), ms.size(), errors);
+  brig::bench::PrintHeader("workload");
+  brig::bench::PrintRow("engine: Launch+Wait of /bin/true", ms, errors);
   return errors == 0 ? 0 : 1;
 }

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "stats.h"
+
 extern char** environ;
 
 namespace {
@@ -50,12 +52,6 @@ double TimeOnce(const std::vector<std::string>& argv) {
   return std::chrono::duration<double, std::milli>(end - start).count();
 }
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
 
 }  // namespace
 
@@ -90,13 +86,9 @@ int main(int argc, char** argv) {
       else p.ms.push_back(ms);
     }
   }
-  std::printf("| workload: start → exit of /bin/true | p50 ms | p95 ms | p99 ms | runs | errors |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|\n");
-  for (const Peer& p : peers) {
-    std::printf("| %s | %.2f | %.2f | %.2f | %zu | %d |\n", p.name.c_str(), Percentile(p.ms, 50),
-                Percentile(p.ms, 95), Percentile(p.ms, 99), p.ms.size(), p.errors);
-  }
-  double ratio = Percentile(peers[0].ms, 50) / Percentile(peers[1].ms, 50);
+  brig::bench::PrintHeader("workload: start → exit of /bin/true");
+  for (const Peer& p : peers) brig::bench::PrintRow(p.name, p.ms, p.errors);
+  double ratio = brig::bench::Percentile(peers[0].ms, 50) / brig::bench::Percentile(peers[1].ms, 50);
   std::printf("\nbrig p50 / bwrap p50 = %.2f\n", ratio);
   return peers[0].errors == 0 && peers[1].errors == 0 ? 0 : 1;
 }

@@ -85,14 +85,11 @@ bool AgentHangsUpOn(const std::string& path, const std::string& bytes) {
   return hung_up;
 }
 
-class AgentTest : public SandboxTest {
+class AgentTest : public EngineTestBase {
  protected:
   void SetUp() override {
-    SandboxTest::SetUp();
+    EngineTestBase::SetUp();
     if (IsSkipped()) return;
-    auto engine = Engine::Open(state_dir());
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = std::move(*engine);
     socket_path_ = socket_dir_.path() + "/agent.sock";
     AgentOptions options;
     options.socket_path = socket_path_;
@@ -110,7 +107,6 @@ class AgentTest : public SandboxTest {
       unlink(socket_path_.c_str());
     }
   }
-  std::unique_ptr<Engine> engine_;
   std::unique_ptr<Sandbox> sandbox_;
   TempDir socket_dir_;
   std::string socket_path_;

@@ -33,22 +33,14 @@ struct Capture {
   }
 };
 
-class EngineTest : public SandboxTest {
+class EngineTest : public EngineTestBase {
  protected:
-  void SetUp() override {
-    SandboxTest::SetUp();
-    if (IsSkipped()) return;
-    auto engine = Engine::Open(state_dir());
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = std::move(*engine);
-  }
   ProcessSpec Command(std::vector<std::string> argv, Capture* out = nullptr) {
     ProcessSpec p;
     p.argv = std::move(argv);
     if (out != nullptr) p.stdio[1] = p.stdio[2] = out->write_end();
     return p;
   }
-  std::unique_ptr<Engine> engine_;
 };
 
 TEST_F(EngineTest, CapturesOutputAndExitCode) {

@@ -7,6 +7,7 @@
 
 #include <memory>
 
+#include "engine/sandbox.h"
 #include "nlohmann/json.hpp"
 #include "support/process.h"
 
@@ -48,6 +49,19 @@ class SandboxTest : public ::testing::Test {
 
  private:
   static inline std::unique_ptr<TempDir> state_;  // removed when the test binary exits
+};
+
+// A SandboxTest with an Engine on the shared state directory.
+class EngineTestBase : public SandboxTest {
+ protected:
+  void SetUp() override {
+    SandboxTest::SetUp();
+    if (IsSkipped()) return;
+    auto engine = Engine::Open(state_dir());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(*engine);
+  }
+  std::unique_ptr<Engine> engine_;
 };
 
 }  // namespace brig::testing
