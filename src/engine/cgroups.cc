@@ -439,6 +439,33 @@ absl::StatusOr<std::unique_ptr<SandboxCgroup>> CgroupHost::Create(const std::str
   return cgroup;
 }
 
+absl::StatusOr<std::unique_ptr<SandboxCgroup>> CgroupHost::Open(const std::string& name) const {
+  if (mode_ == Mode::kV2) {
+    std::string dir = v2_dir_ + "/" + name;
+    BRIG_ASSIGN_OR_RETURN(UniqueFd fd, OpenFd(dir, O_RDONLY | O_DIRECTORY));
+    return std::unique_ptr<SandboxCgroup>(new CgroupV2(dir, std::move(fd)));
+  }
+  std::map<std::string, std::string> dirs;
+  for (const auto& [controller, own] : v1_dirs_) {
+    std::string dir = own + "/" + name;
+    if (Exists(dir)) dirs[controller] = dir;
+  }
+  for (const char* c : kV1Required) {
+    if (c != std::string("cpu") && !dirs.count(c)) {
+      return absl::NotFoundError(absl::StrCat("no ", c, " cgroup named ", name));
+    }
+  }
+  std::string unified = v2_dir_.empty() ? "" : v2_dir_ + "/" + name;
+  UniqueFd unified_fd;
+  if (!unified.empty() && Exists(unified)) {
+    BRIG_ASSIGN_OR_RETURN(unified_fd, OpenFd(unified, O_RDONLY | O_DIRECTORY));
+  } else {
+    unified.clear();
+  }
+  return std::unique_ptr<SandboxCgroup>(
+      new CgroupV1(std::move(dirs), std::move(unified), std::move(unified_fd)));
+}
+
 std::vector<std::string> CgroupHost::ParentDirs() const {
   std::set<std::string> dirs;
   if (mode_ == Mode::kV1) {

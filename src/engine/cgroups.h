@@ -76,6 +76,9 @@ class CgroupHost {
   absl::StatusOr<std::unique_ptr<SandboxCgroup>> Create(const std::string& name,
                                                         const Limits& limits,
                                                         bool freezable) const;
+  // The existing cgroup `<own cgroup>/<name>`, as Create made it (for a launcher taking a
+  // sandbox over from an earlier one). NotFound when it does not exist.
+  absl::StatusOr<std::unique_ptr<SandboxCgroup>> Open(const std::string& name) const;
   // The directories under which Create() makes sandbox cgroups (one per hierarchy).
   std::vector<std::string> ParentDirs() const;
   // Kills and removes `<parent>/<name>` wherever it exists (stale sandboxes of a dead owner).

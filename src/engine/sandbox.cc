@@ -252,6 +252,32 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Start(SandboxSpec spec,
   return sandbox;
 }
 
+absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Adopt(const std::string& id, pid_t pid,
+                                                       const std::string& agent_socket) const {
+  std::unique_ptr<Sandbox> sandbox(new Sandbox());
+  sandbox->id_ = id;
+  sandbox->pid_ = pid;
+  sandbox->pidfd_.reset(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!sandbox->pidfd_) {
+    sandbox->pid_ = -1;
+    return absl::NotFoundError(absl::StrCat("sandbox ", id, ": its PID 1 (", pid, ") is gone"));
+  }
+  // The pidfd pins the process; check it is this sandbox's PID 1, then that it did not exit
+  // (and its pid get reused) between pidfd_open and the check.
+  absl::StatusOr<std::string> cgroups = ReadFile(absl::StrCat("/proc/", pid, "/cgroup"));
+  const std::string name = LongLivedCgroupName(id);
+  if (!cgroups.ok() || cgroups->find("/" + name + "\n") == std::string::npos ||
+      ::syscall(SYS_pidfd_send_signal, sandbox->pidfd_.get(), 0, nullptr, 0) != 0) {
+    sandbox->reaped_ = true;  // not ours to kill
+    return absl::NotFoundError(absl::StrCat("sandbox ", id, ": process ", pid, " is not its PID 1"));
+  }
+  BRIG_ASSIGN_OR_RETURN(sandbox->cgroup_, cgroups_.Open(name));
+  BRIG_ASSIGN_OR_RETURN(sandbox->oom_, sandbox->cgroup_->WatchOom());
+  sandbox->agent_socket_ = agent_socket;
+  sandbox->started_ = Clock::now();
+  return sandbox;
+}
+
 absl::Status Engine::SweepStale() const {
   absl::Status first;
   for (const std::string& parent : cgroups_.ParentDirs()) {
@@ -364,7 +390,9 @@ RunOutcome Sandbox::Wait(int forward_signals_fd) {
       (void)Kill();
     }
     if (fds[0].revents & POLLIN) {
-      if (::waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &init_info, WEXITED) == 0) {
+      // An adopted PID 1 is not this process's child (ECHILD): its parent reaps it.
+      if (::waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &init_info, WEXITED) == 0 ||
+          errno == ECHILD) {
         reaped_ = true;
       }
     }

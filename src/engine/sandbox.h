@@ -67,6 +67,12 @@ class Engine {
   absl::StatusOr<std::unique_ptr<Sandbox>> LaunchAgent(SandboxSpec sandbox,
                                                        const AgentOptions& agent) const;
 
+  // Takes a detached long-lived sandbox over again (a restarted daemon does this for each one
+  // it recorded): `pid` is its PID 1 as seen from here. NotFound when that process is gone or
+  // is not that sandbox's PID 1 (a reused pid). The adopter may Kill() it or Detach() again.
+  absl::StatusOr<std::unique_ptr<Sandbox>> Adopt(const std::string& id, pid_t pid,
+                                                 const std::string& agent_socket) const;
+
   // Removes cgroups of one-shot sandboxes whose launcher died without cleaning up.
   absl::Status SweepStale() const;
 

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "engine/sandbox.h"
 #include "protocol/client.h"
@@ -245,6 +246,39 @@ TEST_F(AgentTest, OutlivesItsLauncherOnceDetached) {
   EXPECT_EQ(processes[0]["tag"], "survivor");
   EXPECT_TRUE(processes[0]["running"]);
   EXPECT_FALSE(CgroupsNamed("brig-sb-" + detached_id_).empty()) << "its cgroups stay";
+}
+
+TEST_F(AgentTest, TakeoverFindsItsProcessesAndCanKillIt) {
+  // A restarted daemon: the sandbox was detached by one launcher and is adopted by the next.
+  pid_t pid = sandbox_->init_pid();
+  std::string id = sandbox_->id();
+  std::string marker = UniqueMarker();
+  {
+    AgentClient c(socket_path_);
+    ASSERT_NE(c.Exec({{"argv", {"/usr/bin/python3", "-c", "import time; time.sleep(100)", marker}}}),
+              0u);
+  }
+  ASSERT_TRUE(WaitFor([&] { return !PidsWithArgument(marker).empty(); }));
+  sandbox_->Detach();
+  sandbox_.reset();
+
+  EXPECT_EQ(engine_->Adopt("wrongid0000000000000", pid, socket_path_).status().code(),
+            absl::StatusCode::kNotFound);
+  auto adopted = engine_->Adopt(id, pid, socket_path_);
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  AgentClient c(socket_path_);
+  c.SendJson(MessageType::kList, 0, Json::object());
+  std::optional<Message> list = c.Next();
+  ASSERT_TRUE(list && list->type == MessageType::kProcessList);
+  EXPECT_EQ(Json::parse(list->payload)["processes"].size(), 1u);
+
+  ASSERT_TRUE((*adopted)->Kill().ok());
+  (*adopted)->Wait();
+  adopted->reset();
+  EXPECT_TRUE(PidsWithArgument(marker).empty());
+  EXPECT_TRUE(CgroupsNamed("brig-sb-" + id).empty());
+  EXPECT_FALSE(std::filesystem::exists(socket_path_));
+  EXPECT_EQ(engine_->Adopt(id, pid, socket_path_).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace
