@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# README command 2 (and .ci/run): install, build, and run the whole test suite: unit, engine and
-# CLI tests; the same engine and CLI tests under ASan+UBSan; and a short benchmark smoke run.
+# README command 2 (and .ci/run): install, build, and run the whole test suite: unit, engine,
+# agent and CLI tests; the same tests under ASan+UBSan; bounded libFuzzer runs of every parser
+# of untrusted bytes; and short benchmark smoke runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,6 +13,9 @@ ctest --test-dir build --output-on-failure -j2
 echo "== tests under ASan+UBSan"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --test-dir build-asan --output-on-failure -j2
+
+echo "== fuzz targets, bounded runs"
+bash scripts/fuzz.sh 15
 
 echo "== benchmark smoke run (full numbers: docs/benchmarks.md)"
 bench_state=$(mktemp -d /tmp/brig-bench.XXXXXX)
