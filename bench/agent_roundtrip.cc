@@ -27,7 +27,6 @@ double Ms(Clock::time_point from) {
   return std::chrono::duration<double, std::milli>(Clock::now() - from).count();
 }
 
-
 // Waits for `type` on `channel` (any channel when 0); false on timeout or protocol error.
 bool Await(AgentConnection& c, MessageType type, uint32_t* channel) {
   while (std::optional<Message> m = c.Next()) {

@@ -52,7 +52,6 @@ double TimeOnce(const std::vector<std::string>& argv) {
   return std::chrono::duration<double, std::milli>(end - start).count();
 }
 
-
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -105,6 +105,7 @@ class Agent {
   void Send(int fd, MessageType type, uint32_t channel, const Json& body, uint16_t flags = 0);
   void SendRaw(int fd, const Message& message);
   void Handle(int fd, Message message);
+  void Dispatch(int fd, Message message);
   void Exec(int fd, const Json& request);
   void Attach(int fd, uint32_t channel, uint64_t offset);
   void OnOutput(int pipe_fd);
@@ -247,7 +248,18 @@ Process* Agent::Find(uint32_t channel) {
   return it == processes_.end() ? nullptr : it->second.get();
 }
 
+// nlohmann::json throws when a field has the wrong type (`value("tag", "")` on a number): at
+// this boundary that is a bad request, never the end of the agent (and so of the sandbox).
 void Agent::Handle(int fd, Message m) {
+  uint32_t channel = m.channel;
+  try {
+    Dispatch(fd, std::move(m));
+  } catch (const Json::exception& e) {
+    Send(fd, MessageType::kError, channel, ErrorBody(400, e.what()));
+  }
+}
+
+void Agent::Dispatch(int fd, Message m) {
   Json body = Json::object();
   bool is_data = m.type == MessageType::kStdin;
   if (!is_data && !m.payload.empty()) {
@@ -338,7 +350,7 @@ void Agent::Exec(int fd, const Json& request) {
     return;
   }
   spec.user = user == "root" ? SandboxUser::kRoot : SandboxUser::kUser;
-  if (absl::Status valid = Validate(SandboxSpec{}, spec); !valid.ok()) {
+  if (absl::Status valid = Validate(spec); !valid.ok()) {
     Send(fd, MessageType::kError, 0, ErrorBody(400, std::string(valid.message())));
     return;
   }

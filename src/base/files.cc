@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 namespace brig {
 
 absl::StatusOr<UniqueFd> OpenFd(const std::string& path, int flags, mode_t mode) {

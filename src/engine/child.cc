@@ -85,9 +85,6 @@ StepResult BecomeNamespaceRoot() {
   return Ok();
 }
 
-
-
-
 // PID 1's life after the command starts. Signals are all blocked and taken synchronously.
 [[noreturn]] void ReapAndForward(int control_fd, pid_t command) {
   sigset_t all;
@@ -174,7 +171,6 @@ void SendReport(int fd, const ChildReport& report) {
     n = ::send(fd, &report, sizeof report, MSG_NOSIGNAL);
   } while (n < 0 && errno == EINTR);
 }
-
 
 void SandboxInitMain(const ChildPlan& plan) {
   const int control = plan.control_fd;

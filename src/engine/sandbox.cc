@@ -2,13 +2,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <linux/sched.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -16,15 +16,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "base/files.h"
 #include "engine/child.h"
-#include "engine/landlock.h"
 #include "engine/mounts.h"
 #include "engine/restricted.h"
-#include "engine/seccomp.h"
 #include "engine/template.h"
 
 namespace brig {
@@ -41,8 +37,6 @@ std::string OneShotCgroupName(const std::string& id) {
 // Long-lived sandboxes outlive their launcher: no owner pid in the name, never swept.
 std::string LongLivedCgroupName(const std::string& id) { return absl::StrCat("brig-sb-", id); }
 
-
-
 std::unique_ptr<ChildPlan> MakeChildPlan(const std::string& state_dir, const SandboxSpec& spec) {
   auto plan = std::make_unique<ChildPlan>();
   plan->hostname = spec.id;
@@ -55,7 +49,7 @@ absl::StatusOr<UniqueFd> ListenForDaemon(const std::string& path) {
   sockaddr_un addr = {};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof addr.sun_path) {
-    return absl::InvalidArgumentError(absl::StrCat("agent socket path too long: ", path));
+    return absl::InvalidArgumentError(absl::StrCat("invalid agent socket path \"", path, "\""));
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -68,7 +62,6 @@ absl::StatusOr<UniqueFd> ListenForDaemon(const std::string& path) {
   if (::listen(fd.get(), 64) != 0) return ErrnoError("listen", path);
   return fd;
 }
-
 
 // A command that reopens its stdout through /dev/stdout (as `echo x >/dev/stderr` does) needs
 // access to the pipe's inode, which the launcher's caller owns. Pipes handed to the command are
@@ -165,9 +158,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Launch(SandboxSpec spec,
 
 absl::StatusOr<std::unique_ptr<Sandbox>> Engine::LaunchAgent(SandboxSpec spec,
                                                              const AgentOptions& agent) const {
-  ProcessSpec placeholder;
-  placeholder.argv = {"brig-agent"};
-  BRIG_RETURN_IF_ERROR(Validate(spec, placeholder));
+  BRIG_RETURN_IF_ERROR(Validate(spec));
   if (spec.id.empty()) spec.id = NewSandboxId();
   std::unique_ptr<ChildPlan> plan = MakeChildPlan(state_dir_, spec);
   BRIG_ASSIGN_OR_RETURN(UniqueFd exe, OpenFd(agent.binary, O_PATH));

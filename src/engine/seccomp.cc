@@ -119,5 +119,4 @@ absl::StatusOr<std::vector<sock_filter>> CompileSandboxFilter() {
   return program;
 }
 
-
 }  // namespace brig

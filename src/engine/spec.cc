@@ -52,6 +52,11 @@ bool IsValidTemplateName(const std::string& name) {
 }  // namespace
 
 absl::Status Validate(const SandboxSpec& sandbox, const ProcessSpec& process) {
+  BRIG_RETURN_IF_ERROR(Validate(sandbox));
+  return Validate(process);
+}
+
+absl::Status Validate(const SandboxSpec& sandbox) {
   if (!sandbox.id.empty() && !IsValidId(sandbox.id)) {
     return absl::InvalidArgumentError("sandbox id must be 20 characters of [a-z0-9]");
   }
@@ -74,6 +79,10 @@ absl::Status Validate(const SandboxSpec& sandbox, const ProcessSpec& process) {
   if (sandbox.timeout && sandbox.timeout->count() <= 0) {
     return absl::InvalidArgumentError("timeout must be positive");
   }
+  return absl::OkStatus();
+}
+
+absl::Status Validate(const ProcessSpec& process) {
   if (process.argv.empty() || process.argv[0].empty()) {
     return absl::InvalidArgumentError("no command given");
   }

@@ -52,7 +52,9 @@ struct SandboxSpec {
   std::optional<std::chrono::milliseconds> timeout;  // whole-sandbox lifetime
 };
 
-// Checks every field; returns InvalidArgument naming the first bad one.
+// Check every field; return InvalidArgument naming the first bad one.
+absl::Status Validate(const SandboxSpec& sandbox);
+absl::Status Validate(const ProcessSpec& process);
 absl::Status Validate(const SandboxSpec& sandbox, const ProcessSpec& process);
 
 // A fresh random sandbox id: 20 characters of [a-z0-9].

@@ -210,6 +210,11 @@ TEST_F(AgentTest, SignalsAndErrors) {
   ASSERT_TRUE(e && e->type == MessageType::kError);
   EXPECT_EQ(Json::parse(e->payload)["code"], 400);
 
+  c.SendJson(MessageType::kExec, 0, {{"argv", {"/bin/true"}}, {"tag", 42}});  // tag: a number
+  e = c.Next();
+  ASSERT_TRUE(e && e->type == MessageType::kError);
+  EXPECT_EQ(Json::parse(e->payload)["code"], 400);
+
   c.SendJson(MessageType::kExec, 0, {{"argv", {"no-such-command"}}});
   std::optional<Message> failed = c.Next();
   ASSERT_TRUE(failed && failed->type == MessageType::kError);
