@@ -1,4 +1,5 @@
 #include <signal.h>
+#include <sys/utsname.h>
 #include <sys/signalfd.h>
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include "base/unique_fd.h"
 #include "cli/commands.h"
 #include "cli/units.h"
+#include "engine/landlock.h"
 #include "engine/sandbox.h"
 #include "nlohmann/json.hpp"
 
@@ -152,7 +154,13 @@ int GcCommand(const std::string& state_dir) {
 int CheckCommand(const std::string& state_dir) {
   auto engine = Engine::Open(state_dir);
   if (!engine.ok()) return Fail(engine.status());
+  utsname host = {};
+  ::uname(&host);
+  std::printf("kernel: %s %s\n", host.sysname, host.release);
   std::printf("cgroups: %s\n", (*engine)->cgroups().Describe().c_str());
+  int landlock = LandlockAbi();
+  std::printf("landlock: %s\n",
+              landlock > 0 ? absl::StrCat("ABI ", landlock).c_str() : "unavailable (layer skipped)");
   SandboxSpec spec;
   ProcessSpec process;
   process.argv = {"/bin/true"};

@@ -20,7 +20,14 @@ absl::StatusOr<UniqueFd> OpenIdmappedReadOnly(const std::string& path, int usern
   attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_IDMAP;
   attr.userns_fd = static_cast<uint64_t>(userns_fd);
   if (::mount_setattr(tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) {
-    return ErrnoError("mount_setattr (id-mapped, read-only)", path);
+    int err = errno;
+    absl::Status failed = ErrnoError("mount_setattr (id-mapped, read-only)", path, err);
+    if (err == EINVAL || err == ENOSYS || err == EOPNOTSUPP) {
+      return Annotate(failed, absl::StrCat("this host cannot make id-mapped mounts of ", path,
+                                           " (needs Linux >= 5.12 and a file system that supports "
+                                           "them: ext4, xfs, btrfs, tmpfs; not overlayfs or NFS)"));
+    }
+    return failed;
   }
   return tree;
 }
