@@ -99,9 +99,24 @@ int main(int argc, char** argv) {
   }
   if (!conn.ok()) roundtrip_errors = iterations;
 
+  // Pause + resume of that sandbox (an idle agent and nothing else: the freezer's floor).
+  std::vector<double> pause, resume;
+  int pause_errors = 0;
+  for (int i = 0; sandbox.ok() && i < iterations; ++i) {
+    auto start = Clock::now();
+    bool ok = (*sandbox)->Pause().ok();
+    pause.push_back(Ms(start));
+    start = Clock::now();
+    ok = (*sandbox)->Resume().ok() && ok;
+    resume.push_back(Ms(start));
+    if (!ok) ++pause_errors;
+  }
+
   brig::bench::PrintHeader("workload");
   brig::bench::PrintRow("long-lived: create → first byte of `echo hi` → kill", create, create_errors);
   brig::bench::PrintRow("command round trip on a running sandbox (`/bin/true`)", roundtrip,
                         roundtrip_errors);
-  return create_errors == 0 && roundtrip_errors == 0 ? 0 : 1;
+  brig::bench::PrintRow("pause (freeze, until frozen)", pause, pause_errors);
+  brig::bench::PrintRow("resume (thaw, until thawed)", resume, pause_errors);
+  return create_errors == 0 && roundtrip_errors == 0 && pause_errors == 0 ? 0 : 1;
 }

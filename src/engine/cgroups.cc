@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -80,6 +81,25 @@ absl::Status WaitEmptyAndRemove(const std::string& dir) {
 absl::Status MakeCgroupDir(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0755) != 0) return ErrnoError("mkdir", dir);
   return absl::OkStatus();
+}
+
+// Writes `value` to `file`, then polls `state_file` until it contains `done` (the kernel
+// freezes tasks asynchronously); DeadlineExceeded after 5 s.
+absl::Status WriteAndAwait(const std::string& file, absl::string_view value,
+                           const std::string& state_file, absl::string_view done) {
+  BRIG_RETURN_IF_ERROR(WriteKernelFile(file, value));
+  for (int attempt = 0; attempt < 50'000; ++attempt) {
+    absl::StatusOr<std::string> state = ReadFile(state_file);
+    if (!state.ok()) return state.status();
+    if (absl::StrContains(*state, done)) return absl::OkStatus();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(state_file, " never reached ", done));
+}
+
+absl::Status FreezeV2(const std::string& dir, bool frozen) {
+  return WriteAndAwait(dir + "/cgroup.freeze", frozen ? "1" : "0", dir + "/cgroup.events",
+                       frozen ? "frozen 1" : "frozen 0");
 }
 
 // Shared by both versions: whole-tree kill through cgroup.kill (v2, Linux >= 5.14).
@@ -163,6 +183,15 @@ class CgroupV1 final : public SandboxCgroup {
     unified_fd_.reset();
   }
 
+  absl::Status Freeze(bool frozen) override {
+    if (auto freezer = dirs_.find("freezer"); freezer != dirs_.end()) {
+      const std::string state = freezer->second + "/freezer.state";
+      return WriteAndAwait(state, frozen ? "FROZEN" : "THAWED", state, frozen ? "FROZEN" : "THAWED");
+    }
+    if (!unified_.empty()) return FreezeV2(unified_, frozen);
+    return absl::FailedPreconditionError("this sandbox's cgroup was not made freezable");
+  }
+
   std::vector<std::string> Paths() const override {
     std::set<std::string> unique;
     for (const auto& [controller, dir] : dirs_) unique.insert(dir);
@@ -239,6 +268,8 @@ class CgroupV2 final : public SandboxCgroup {
     removed_ = true;
     dir_fd_.reset();
   }
+
+  absl::Status Freeze(bool frozen) override { return FreezeV2(dir_, frozen); }
 
   std::vector<std::string> Paths() const override { return {dir_}; }
 

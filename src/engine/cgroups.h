@@ -57,6 +57,9 @@ class SandboxCgroup {
   virtual absl::Status Remove() = 0;
   // Forgets the directories without touching them (their sandbox lives on, owned elsewhere).
   virtual void Release() = 0;
+  // Freezes (or thaws) every process inside, and returns once the kernel reports it done.
+  // FailedPrecondition for a cgroup created without `freezable`.
+  virtual absl::Status Freeze(bool frozen) = 0;
   // The directories, for tests and diagnostics.
   virtual std::vector<std::string> Paths() const = 0;
 };

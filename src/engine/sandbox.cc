@@ -304,6 +304,22 @@ Sandbox::~Sandbox() {
   if (!agent_socket_.empty()) ::unlink(agent_socket_.c_str());
 }
 
+absl::Status Sandbox::Pause() {
+  if (paused_since_) return absl::OkStatus();
+  BRIG_RETURN_IF_ERROR(Annotate(cgroup_->Freeze(true), absl::StrCat("pause ", id_)));
+  paused_since_ = Clock::now();
+  return absl::OkStatus();
+}
+
+absl::Status Sandbox::Resume() {
+  if (!paused_since_) return absl::OkStatus();
+  BRIG_RETURN_IF_ERROR(Annotate(cgroup_->Freeze(false), absl::StrCat("resume ", id_)));
+  // The time spent paused does not count against the sandbox's lifetime.
+  if (deadline_) *deadline_ += Clock::now() - *paused_since_;
+  paused_since_.reset();
+  return absl::OkStatus();
+}
+
 void Sandbox::Detach() {
   reaped_ = true;  // nothing left for the destructor to kill or reap
   if (cgroup_) cgroup_->Release();
@@ -322,6 +338,11 @@ absl::Status Sandbox::Kill() {
   // SIGKILL to PID 1 tears down the whole PID namespace; the cgroup catches anything else.
   absl::Status s = Signal(SIGKILL);
   absl::Status c = cgroup_->KillAll();
+  // Frozen tasks act on SIGKILL only once thawed (cgroup v1).
+  if (paused_since_) {
+    (void)cgroup_->Freeze(false);
+    paused_since_.reset();
+  }
   return s.ok() ? c : s;
 }
 
@@ -353,7 +374,7 @@ RunOutcome Sandbox::Wait(int forward_signals_fd) {
   };
   while (!reaped_) {
     int timeout_ms = -1;
-    if (deadline_ && !timed_out) {
+    if (deadline_ && !timed_out && !paused_since_) {
       auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline_ - Clock::now());
       if (left.count() <= 0) {
         timed_out = true;

@@ -113,6 +113,13 @@ class Sandbox {
   // Kills every process of the sandbox.
   absl::Status Kill();
 
+  // Freezes every process of the sandbox (cgroup freezer): they keep their PIDs, memory and
+  // open files, and the sandbox's timeout stops running until Resume(). Long-lived sandboxes
+  // only (one-shot cgroups are not freezable). Idempotent.
+  absl::Status Pause();
+  absl::Status Resume();
+  bool paused() const { return paused_since_.has_value(); }
+
   // Gives up ownership without killing: the sandbox (a long-lived one) keeps running, its
   // cgroup and uid range stay, and this object forgets them.
   void Detach();
@@ -135,6 +142,7 @@ class Sandbox {
   std::optional<IdRange> ids_;
   std::string agent_socket_;  // long-lived sandboxes: removed when the sandbox is destroyed
   std::optional<std::chrono::steady_clock::time_point> deadline_;
+  std::optional<std::chrono::steady_clock::time_point> paused_since_;
   std::chrono::steady_clock::time_point started_;
   bool reaped_ = false;
   // What PID 1 reported so far.

@@ -286,5 +286,51 @@ TEST_F(AgentTest, TakeoverFindsItsProcessesAndCanKillIt) {
   EXPECT_EQ(engine_->Adopt(id, pid, socket_path_).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(AgentTest, PauseFreezesAndResumeContinues) {
+  AgentClient c(socket_path_);
+  uint32_t ch = c.Exec({{"argv", {"/bin/sh", "-c",
+                                  "i=0; while :; do i=$((i+1)); echo $i; sleep 0.02; done"}}});
+  ASSERT_NE(ch, 0u);
+  auto last_count = [&](std::chrono::milliseconds window) {
+    long last = -1;
+    auto until = std::chrono::steady_clock::now() + window;
+    while (std::chrono::steady_clock::now() < until) {
+      std::optional<Message> m = c.Next(std::chrono::milliseconds(20));
+      if (!m || m->type != MessageType::kOutput) continue;
+      std::string text(protocol::OutputBytes(*m));
+      size_t end = text.find_last_of('\n');
+      size_t start = text.find_last_of('\n', end == 0 ? 0 : end - 1);
+      last = std::stol(text.substr(start == std::string::npos ? 0 : start + 1));
+    }
+    return last;
+  };
+  long before = last_count(std::chrono::milliseconds(300));
+  ASSERT_GT(before, 0);
+  ASSERT_TRUE(sandbox_->Pause().ok());
+  EXPECT_TRUE(sandbox_->paused());
+  long drained = last_count(std::chrono::milliseconds(100));  // what was already in flight
+  EXPECT_EQ(last_count(std::chrono::milliseconds(400)), -1) << "no output while paused";
+  ASSERT_TRUE(sandbox_->Resume().ok());
+  long after = last_count(std::chrono::milliseconds(300));
+  EXPECT_GT(after, std::max(before, drained)) << "the same loop went on counting";
+  EXPECT_LT(after, std::max(before, drained) + 40) << "it did not run while paused";
+
+  // The same process, by its pid, is still the one running.
+  c.SendJson(MessageType::kList, 0, Json::object());
+  std::optional<Message> list;
+  do {
+    list = c.Next();
+  } while (list && list->type != MessageType::kProcessList);
+  ASSERT_TRUE(list.has_value());
+  Json processes = Json::parse(list->payload)["processes"];
+  ASSERT_EQ(processes.size(), 1u);
+  EXPECT_TRUE(processes[0]["running"]);
+
+  // Killing a paused sandbox works too.
+  ASSERT_TRUE(sandbox_->Pause().ok());
+  ASSERT_TRUE(sandbox_->Kill().ok());
+  sandbox_->Wait();
+}
+
 }  // namespace
 }  // namespace brig::testing
