@@ -1,8 +1,10 @@
 #include "agent/agent.h"
 
 #include <fcntl.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -72,7 +74,8 @@ struct Process {
   pid_t pid = -1;
   std::string tag;
   std::vector<std::string> argv;
-  UniqueFd stdin_w, stdout_r, stderr_r;
+  UniqueFd stdin_w, stdout_r, stderr_r;  // with a terminal: both ends of its other side
+  bool terminal = false;
   OutputRing ring;
   bool reaped = false;
   int wait_status = 0;
@@ -107,6 +110,9 @@ class Agent {
   void Handle(int fd, Message message);
   void Dispatch(int fd, Message message);
   void Exec(int fd, const Json& request);
+  absl::Status MakePipes(Process& p, UniqueFd (&child_ends)[3]);
+  absl::Status MakeTerminal(const Json& size, const ProcessSpec& spec, Process& p,
+                            UniqueFd (&child_ends)[3]);
   void Attach(int fd, uint32_t channel, uint64_t offset);
   void OnOutput(int pipe_fd);
   void OnSignal();
@@ -302,6 +308,21 @@ void Agent::Dispatch(int fd, Message m) {
     case MessageType::kCloseStdin:
       p->stdin_w.reset();
       return;
+    case MessageType::kResize: {
+      winsize ws = {};
+      const Json& rows = body["rows"];
+      const Json& cols = body["cols"];
+      if (!p->terminal || !p->stdout_r || !rows.is_number_unsigned() || !cols.is_number_unsigned() ||
+          rows.get<uint64_t>() == 0 || rows.get<uint64_t>() > 10000 || cols.get<uint64_t>() == 0 ||
+          cols.get<uint64_t>() > 10000) {
+        Send(fd, MessageType::kError, m.channel, ErrorBody(400, "resize needs a terminal and 1..10000 rows and cols"));
+        return;
+      }
+      ws.ws_row = static_cast<unsigned short>(rows.get<uint64_t>());
+      ws.ws_col = static_cast<unsigned short>(cols.get<uint64_t>());
+      ::ioctl(p->stdout_r.get(), TIOCSWINSZ, &ws);
+      return;
+    }
     case MessageType::kSignal: {
       int sig = body.value("signal", 0);
       if (sig <= 0 || sig > 64 || p->reaped || ::kill(-p->pid, sig) != 0) {
@@ -355,24 +376,25 @@ void Agent::Exec(int fd, const Json& request) {
     return;
   }
 
-  int in[2], out[2], err[2], report[2];
-  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
-      ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, report) != 0) {
-    Send(fd, MessageType::kError, 0, ErrorBody(500, "cannot create pipes"));
+  auto p = std::make_unique<Process>();
+  UniqueFd child_ends[3];  // the command's stdio; this process's copies close after the fork
+  const Json& pty = request.contains("pty") ? request["pty"] : Json();
+  absl::Status made = pty.is_null() ? MakePipes(*p, child_ends) : MakeTerminal(pty, spec, *p, child_ends);
+  int report[2];
+  if (made.ok() && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, report) != 0) {
+    made = ErrnoError("socketpair", "exec report");
+  }
+  if (!made.ok()) {
+    Send(fd, MessageType::kError, 0,
+         ErrorBody(absl::IsInvalidArgument(made) ? 400 : 500, std::string(made.message())));
     return;
   }
-  UniqueFd in_r(in[0]), out_w(out[1]), err_w(err[1]), report_r(report[0]), report_w(report[1]);
-  auto p = std::make_unique<Process>();
-  p->stdin_w.reset(in[1]);
-  p->stdout_r.reset(out[0]);
-  p->stderr_r.reset(err[0]);
-  spec.stdio[0] = in_r.get();
-  spec.stdio[1] = out_w.get();
-  spec.stdio[2] = err_w.get();
+  UniqueFd report_r(report[0]), report_w(report[1]);
+  for (int n = 0; n < 3; ++n) spec.stdio[n] = child_ends[n].get();
   CommandPlan plan;
   MakeCommandPlan(spec, hostname_, open_files_, plan);
-  pid_t pid = ::vfork();
-  if (pid == 0) RunCommand(plan, report_w.get());
+  plan.controlling_tty = !pty.is_null();
+  pid_t pid = SpawnCommand(plan, report_w.get());
   if (pid < 0) {
     Send(fd, MessageType::kError, 0, ErrorBody(500, "cannot start the process"));
     return;
@@ -395,17 +417,65 @@ void Agent::Exec(int fd, const Json& request) {
                        ? 404 : 500,
                    why));
   }
-  ::fcntl(p->stdout_r.get(), F_SETFL, O_NONBLOCK);
-  ::fcntl(p->stderr_r.get(), F_SETFL, O_NONBLOCK);
+  for (UniqueFd* out : {&p->stdout_r, &p->stderr_r}) {
+    if (!*out) continue;  // a terminal has one output
+    ::fcntl(out->get(), F_SETFL, O_NONBLOCK);
+    pipes_[out->get()] = channel;
+    Watch(out->get(), EPOLLIN);
+  }
   ::fcntl(p->stdin_w.get(), F_SETFL, O_NONBLOCK);
-  pipes_[p->stdout_r.get()] = channel;
-  pipes_[p->stderr_r.get()] = channel;
-  Watch(p->stdout_r.get(), EPOLLIN);
-  Watch(p->stderr_r.get(), EPOLLIN);
-  // Without "stdin": true the command reads end-of-file at once, as non-interactive tools expect.
-  if (!request.value("stdin", false)) p->stdin_w.reset();
+  // Without "stdin": true the command reads end-of-file at once, as non-interactive tools
+  // expect. A terminal always takes input.
+  if (pty.is_null() && !request.value("stdin", false)) p->stdin_w.reset();
   processes_[channel] = std::move(p);
   Send(fd, MessageType::kStarted, channel, {{"pid", pid}, {"tag", tag}});
+}
+
+absl::Status Agent::MakePipes(Process& p, UniqueFd (&child_ends)[3]) {
+  int in[2], out[2], err[2];
+  if (::pipe2(in, O_CLOEXEC) != 0) return ErrnoError("pipe2", "stdin");
+  p.stdin_w.reset(in[1]);
+  child_ends[0].reset(in[0]);
+  if (::pipe2(out, O_CLOEXEC) != 0) return ErrnoError("pipe2", "stdout");
+  p.stdout_r.reset(out[0]);
+  child_ends[1].reset(out[1]);
+  if (::pipe2(err, O_CLOEXEC) != 0) return ErrnoError("pipe2", "stderr");
+  p.stderr_r.reset(err[0]);
+  child_ends[2].reset(err[1]);
+  return absl::OkStatus();
+}
+
+// A pseudo-terminal from the sandbox's own devpts: the command gets the terminal side as
+// stdin, stdout and stderr (and as its controlling terminal); the agent keeps the other side,
+// whose output is the process's stdout.
+absl::Status Agent::MakeTerminal(const Json& size, const ProcessSpec& spec, Process& p,
+                                 UniqueFd (&child_ends)[3]) {
+  if (!size.is_object() || !size["rows"].is_number_unsigned() || !size["cols"].is_number_unsigned() ||
+      size["rows"].get<uint64_t>() == 0 || size["rows"].get<uint64_t>() > 10000 ||
+      size["cols"].get<uint64_t>() == 0 || size["cols"].get<uint64_t>() > 10000) {
+    return absl::InvalidArgumentError("pty must be {\"rows\": 1..10000, \"cols\": 1..10000}");
+  }
+  UniqueFd master(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!master) return ErrnoError("posix_openpt", "/dev/ptmx");
+  char name[64];
+  if (::unlockpt(master.get()) != 0 || ::ptsname_r(master.get(), name, sizeof name) != 0) {
+    return ErrnoError("unlockpt/ptsname", "/dev/ptmx");
+  }
+  UniqueFd terminal(::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!terminal) return ErrnoError("open", name);
+  UserIdentity who = IdentityOf(spec.user);
+  constexpr gid_t kTtyGroup = 5;
+  if (::fchown(terminal.get(), who.uid, kTtyGroup) != 0) return ErrnoError("fchown", name);
+  winsize ws = {};
+  ws.ws_row = static_cast<unsigned short>(size["rows"].get<uint64_t>());
+  ws.ws_col = static_cast<unsigned short>(size["cols"].get<uint64_t>());
+  if (::ioctl(master.get(), TIOCSWINSZ, &ws) != 0) return ErrnoError("ioctl TIOCSWINSZ", name);
+  p.stdin_w.reset(::fcntl(master.get(), F_DUPFD_CLOEXEC, 3));
+  if (!p.stdin_w) return ErrnoError("dup", "terminal");
+  p.stdout_r = std::move(master);
+  p.terminal = true;
+  for (UniqueFd& end : child_ends) end.reset(::fcntl(terminal.get(), F_DUPFD_CLOEXEC, 3));
+  return absl::OkStatus();
 }
 
 void Agent::Attach(int fd, uint32_t channel, uint64_t offset) {

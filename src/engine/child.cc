@@ -211,12 +211,9 @@ void SandboxInitMain(const ChildPlan& plan) {
   sigfillset(&all);
   if (::sigprocmask(SIG_BLOCK, &all, nullptr) != 0) FailSetup(control, Failed(Step::kBlockSignals));
 
-  // vfork, not fork(3): libc's fork takes locks that a launcher thread may have held when
-  // this process was cloned from it, and copying the page tables costs more than the rest of
-  // the command's set-up. PID 1 stays suspended until the command execs or exits.
-  pid_t command = ::vfork();
+  // PID 1 stays suspended until the command execs or exits (command.h).
+  pid_t command = SpawnCommand(plan.command, plan.control_fd);
   if (command < 0) FailSetup(control, Failed(Step::kForkCommand));
-  if (command == 0) RunCommand(plan.command, plan.control_fd);
   ReapAndForward(control, command);
 }
 

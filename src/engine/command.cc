@@ -2,6 +2,7 @@
 
 #include <linux/close_range.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -77,6 +78,12 @@ void ExecCommand(const CommandPlan& plan) {
 
 }  // namespace
 
+pid_t SpawnCommand(const CommandPlan& plan, int report_fd) {
+  pid_t pid = ::vfork();
+  if (pid == 0) RunCommand(plan, report_fd);
+  return pid;
+}
+
 void MakeCommandPlan(const ProcessSpec& process, const std::string& hostname,
                      uint64_t open_files, CommandPlan& c) {
   UserIdentity who = IdentityOf(process.user);
@@ -119,6 +126,9 @@ void MakeCommandPlan(const ProcessSpec& process, const std::string& hostname,
   if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) fail(Step::kBlockSignals);
   // Its own session: no controlling terminal shared with the host, so no TIOCSTI games.
   if (::setsid() < 0) fail(Step::kSession);
+  // A terminal the agent made for this command (inside the sandbox's own devpts) becomes its
+  // controlling terminal, as interactive programs expect.
+  if (c.controlling_tty && ::ioctl(0, TIOCSCTTY, 0) != 0) fail(Step::kSession);
   if (ApplyRlimits(c.open_files) != 0) fail(Step::kRlimits);
   if (BoundCapabilities(c.last_capability) != 0) fail(Step::kCapabilities);
   if (SwitchIdentity(c.uid, c.gid, /*with_group=*/true) != 0) fail(Step::kIdentity);

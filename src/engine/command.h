@@ -30,6 +30,7 @@ struct CommandPlan {
   std::string workdir;
   uint64_t open_files = 1024;
   int stdio[3] = {-1, -1, -1};          // dup2'ed onto 0, 1, 2 when >= 0
+  bool controlling_tty = false;         // stdin is a terminal to make the session's own
   int landlock_abi = 0;
   int last_capability = 40;             // /proc/sys/kernel/cap_last_cap
   sock_fprog seccomp = {};              // points at SandboxFilter()
@@ -39,6 +40,13 @@ struct CommandPlan {
 // storage: `plan` must stay where it is until the command has exec'd.
 void MakeCommandPlan(const ProcessSpec& process, const std::string& hostname,
                      uint64_t open_files, CommandPlan& plan);
+
+// Starts the command: vfork, then RunCommand in the child. Returns the child's pid (or -1)
+// once it has exec'd or exited; a failure before exec was reported on `report_fd`.
+// vfork, not fork(3): libc's fork takes locks that a launcher thread may have held when this
+// process was cloned from it, and copying page tables costs more than the rest of the set-up.
+// (In a function of its own so that no caller's locals share a stack frame with vfork.)
+pid_t SpawnCommand(const CommandPlan& plan, int report_fd);
 
 // Restricted zone, in a process freshly forked inside the sandbox with namespace-root powers.
 // Never returns: execs, or reports {step, errno} as a ChildReport on `report_fd` (a socket)

@@ -18,7 +18,7 @@ uint64_t GetLe(const char* p, int bytes) {
 }  // namespace
 
 bool IsKnownType(uint16_t type) {
-  return (type >= 1 && type <= 7) || (type >= 100 && type <= 106);
+  return (type >= 1 && type <= 8) || (type >= 100 && type <= 106);
 }
 
 std::string Encode(const Message& message) {

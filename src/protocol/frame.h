@@ -32,12 +32,13 @@ enum class MessageType : uint16_t {
   // daemon -> agent
   kHello = 1,       // {"version": 1}
   kExec = 2,        // {"argv": [...], "env": [...], "cwd": "", "user": "user"|"root", "tag": "",
-                    //  "stdin": false}
+                    //  "stdin": false, "pty": {"rows": N, "cols": N} (optional)}
   kStdin = 3,       // channel: process; payload: bytes
   kCloseStdin = 4,  // channel: process
   kSignal = 5,      // channel: process; {"signal": N}
   kAttach = 6,      // channel: process; {"offset": N}: replay output from byte N, then follow
   kList = 7,        // {}
+  kResize = 8,      // channel: process with a terminal; {"rows": N, "cols": N}
   // agent -> daemon
   kHelloReply = 100,  // {"version": 1, "pid": N}
   kStarted = 101,     // channel: process; {"pid": N, "tag": ""}

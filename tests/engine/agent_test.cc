@@ -332,5 +332,39 @@ TEST_F(AgentTest, PauseFreezesAndResumeContinues) {
   sandbox_->Wait();
 }
 
+TEST_F(AgentTest, TerminalRunsAnInteractivePythonAndResizes) {
+  AgentClient c(socket_path_);
+  uint32_t ch = c.Exec({{"argv", {"/usr/bin/python3", "-q", "-i"}}, {"pty", {{"rows", 24}, {"cols", 80}}}});
+  ASSERT_NE(ch, 0u);
+  // Reads terminal output until `needle` appears (or 10 s pass).
+  std::string screen;
+  auto read_until = [&](const std::string& needle) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (screen.find(needle) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      std::optional<Message> m = c.Next(std::chrono::milliseconds(200));
+      if (m && m->type == MessageType::kOutput && m->channel == ch) {
+        EXPECT_EQ(m->flags, 1) << "a terminal has one output stream";
+        screen += std::string(protocol::OutputBytes(*m));
+      }
+    }
+    return screen.find(needle) != std::string::npos;
+  };
+  ASSERT_TRUE(read_until(">>> ")) << screen;
+  c.Send(MessageType::kStdin, ch,
+         "import os, sys, shutil; print(os.isatty(0), 6 * 7, shutil.get_terminal_size())\n");
+  EXPECT_TRUE(read_until("True 42 os.terminal_size(columns=80, lines=24)")) << screen;
+  c.SendJson(MessageType::kResize, ch, {{"rows", 40}, {"cols", 120}});
+  c.Send(MessageType::kStdin, ch, "print(os.get_terminal_size(0)); print(os.getsid(0) == os.getpid())\n");
+  EXPECT_TRUE(read_until("os.terminal_size(columns=120, lines=40)")) << screen;
+  EXPECT_TRUE(read_until("True\r\n")) << "its own session, with the terminal as controlling tty";
+  c.Send(MessageType::kStdin, ch, "exit(5)\n");
+  EXPECT_EQ(c.UntilExit(ch, nullptr)["exit_code"], 5);
+
+  c.SendJson(MessageType::kExec, 0, {{"argv", {"/bin/sh"}}, {"pty", {{"rows", 0}, {"cols", 80}}}});
+  std::optional<Message> bad = c.Next();
+  ASSERT_TRUE(bad && bad->type == MessageType::kError);
+  EXPECT_EQ(Json::parse(bad->payload)["code"], 400);
+}
+
 }  // namespace
 }  // namespace brig::testing
