@@ -39,6 +39,8 @@ constexpr size_t kRingBytes = 4u << 20;
 // A client that falls this far behind is disconnected (it may re-attach from its offset).
 constexpr size_t kMaxPendingBytes = 16u << 20;
 constexpr size_t kReadChunk = 64u << 10;
+// Exited processes stay listed (and re-attachable) until this many newer ones have exited.
+constexpr size_t kKeepExited = 64;
 constexpr uint16_t kStdout = 1, kStderr = 2;
 
 // Output of one process: byte offsets count both streams together from 0.
@@ -126,6 +128,7 @@ class Agent {
   std::map<int, std::unique_ptr<Connection>> connections_;
   std::map<uint32_t, std::unique_ptr<Process>> processes_;
   std::map<int, uint32_t> pipes_;  // output pipe fd -> channel
+  std::deque<uint32_t> exited_;     // channels of exited processes, oldest first
 };
 
 absl::Status Agent::Init(int listen_fd, uint64_t open_files) {
@@ -545,6 +548,7 @@ void Agent::OnSignal() {
       p->wait_status = status;
       p->stdin_w.reset();
       MaybeAnnounceExit(*p);
+      break;
     }
     // Any other pid is an orphan reparented to PID 1: reaping it is all there is to do.
   }
@@ -560,6 +564,12 @@ void Agent::MaybeAnnounceExit(Process& p) {
   std::set<int> followers = p.followers;
   for (int fd : followers) Send(fd, MessageType::kExited, p.channel, status);
   p.followers.clear();
+  // Bound what a long-lived sandbox accumulates: forget the oldest exited processes.
+  exited_.push_back(p.channel);
+  while (exited_.size() > kKeepExited) {
+    processes_.erase(exited_.front());
+    exited_.pop_front();
+  }
 }
 
 }  // namespace

@@ -232,6 +232,25 @@ TEST_F(AgentTest, SignalsAndErrors) {
   EXPECT_EQ(Json::parse(list->payload)["processes"].size(), 2u) << "sleep and no-such-command";
 }
 
+TEST_F(AgentTest, ForgetsTheOldestExitedProcesses) {
+  AgentClient c(socket_path_);
+  uint32_t first = 0;
+  for (int i = 0; i < 70; ++i) {
+    uint32_t ch = c.Exec({{"argv", {"/bin/true"}}});
+    ASSERT_NE(ch, 0u);
+    if (first == 0) first = ch;
+    ASSERT_EQ(c.UntilExit(ch, nullptr)["exit_code"], 0);
+  }
+  c.SendJson(MessageType::kList, 0, Json::object());
+  std::optional<Message> list = c.Next();
+  ASSERT_TRUE(list && list->type == MessageType::kProcessList);
+  EXPECT_EQ(Json::parse(list->payload)["processes"].size(), 64u);
+  c.SendJson(MessageType::kAttach, first, {{"offset", 0}});
+  std::optional<Message> gone = c.Next();
+  ASSERT_TRUE(gone && gone->type == MessageType::kError);
+  EXPECT_EQ(Json::parse(gone->payload)["code"], 404);
+}
+
 TEST_F(AgentTest, OutlivesItsLauncherOnceDetached) {
   detached_pid_ = sandbox_->init_pid();
   detached_id_ = sandbox_->id();
