@@ -53,9 +53,12 @@ int main(int argc, char** argv) {
   std::string state_dir = "/tmp/brig-bench-state";
   std::string brig = "build/brig";
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--iterations")) iterations = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--state-dir")) state_dir = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--brig")) brig = argv[i + 1];
+    if (!std::strcmp(argv[i], "--iterations"))
+      iterations = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--state-dir"))
+      state_dir = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--brig"))
+      brig = argv[i + 1];
   }
   auto engine = brig::Engine::Open(state_dir);
   if (!engine.ok()) {
@@ -83,8 +86,10 @@ int main(int argc, char** argv) {
     ok = ok && Exec(*conn, R"(["/bin/echo","hi"])", MessageType::kOutput);
     if (ok) sandbox->reset();
     double t = Ms(start);
-    if (!ok) ++create_errors;
-    else if (i >= 5) create.push_back(t);
+    if (!ok)
+      ++create_errors;
+    else if (i >= 5)
+      create.push_back(t);
   }
 
   auto sandbox = (*engine)->LaunchAgent({}, options);
@@ -94,8 +99,10 @@ int main(int argc, char** argv) {
     auto start = Clock::now();
     bool ok = Exec(*conn, R"(["/bin/true"])", MessageType::kExited);
     double t = Ms(start);
-    if (!ok) ++roundtrip_errors;
-    else if (i >= 5) roundtrip.push_back(t);
+    if (!ok)
+      ++roundtrip_errors;
+    else if (i >= 5)
+      roundtrip.push_back(t);
   }
   if (!conn.ok()) roundtrip_errors = iterations;
 
@@ -113,7 +120,8 @@ int main(int argc, char** argv) {
   }
 
   brig::bench::PrintHeader("workload");
-  brig::bench::PrintRow("long-lived: create → first byte of `echo hi` → kill", create, create_errors);
+  brig::bench::PrintRow("long-lived: create → first byte of `echo hi` → kill", create,
+                        create_errors);
   brig::bench::PrintRow("command round trip on a running sandbox (`/bin/true`)", roundtrip,
                         roundtrip_errors);
   brig::bench::PrintRow("pause (freeze, until frozen)", pause, pause_errors);

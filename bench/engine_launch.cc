@@ -16,8 +16,10 @@ int main(int argc, char** argv) {
   int iterations = 200;
   std::string state_dir = "/tmp/brig-bench-state";
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--iterations")) iterations = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--state-dir")) state_dir = argv[i + 1];
+    if (!std::strcmp(argv[i], "--iterations"))
+      iterations = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--state-dir"))
+      state_dir = argv[i + 1];
   }
   auto engine = brig::Engine::Open(state_dir);
   if (!engine.ok()) {
@@ -38,9 +40,12 @@ int main(int argc, char** argv) {
     }
     brig::RunOutcome out = (*sandbox)->Wait();
     sandbox->reset();
-    double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (out.kind != brig::RunOutcome::Kind::kExited || out.exit_code != 0) ++errors;
-    else if (i >= 10) ms.push_back(t);
+    double t =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (out.kind != brig::RunOutcome::Kind::kExited || out.exit_code != 0)
+      ++errors;
+    else if (i >= 10)
+      ms.push_back(t);
   }
   brig::bench::PrintHeader("workload");
   brig::bench::PrintRow("engine: Launch+Wait of /bin/true", ms, errors);

@@ -59,9 +59,12 @@ int main(int argc, char** argv) {
   std::string brig = "build/brig";
   std::string state_dir = "/tmp/brig-bench-state";
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--iterations")) iterations = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--brig")) brig = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--state-dir")) state_dir = argv[i + 1];
+    if (!std::strcmp(argv[i], "--iterations"))
+      iterations = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--brig"))
+      brig = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--state-dir"))
+      state_dir = argv[i + 1];
   }
   std::vector<Peer> peers = {
       {"brig run", {brig, "--state-dir", state_dir, "run", "--", "/bin/true"}, {}, 0},
@@ -81,13 +84,16 @@ int main(int argc, char** argv) {
   for (int i = 0; i < iterations; ++i) {
     for (Peer& p : peers) {
       double ms = TimeOnce(p.argv);
-      if (ms < 0) ++p.errors;
-      else p.ms.push_back(ms);
+      if (ms < 0)
+        ++p.errors;
+      else
+        p.ms.push_back(ms);
     }
   }
   brig::bench::PrintHeader("workload: start → exit of /bin/true");
   for (const Peer& p : peers) brig::bench::PrintRow(p.name, p.ms, p.errors);
-  double ratio = brig::bench::Percentile(peers[0].ms, 50) / brig::bench::Percentile(peers[1].ms, 50);
+  double ratio =
+      brig::bench::Percentile(peers[0].ms, 50) / brig::bench::Percentile(peers[1].ms, 50);
   std::printf("\nbrig p50 / bwrap p50 = %.2f\n", ratio);
   return peers[0].errors == 0 && peers[1].errors == 0 ? 0 : 1;
 }

@@ -1,8 +1,8 @@
 #include "agent/agent.h"
 
 #include <fcntl.h>
-#include <stdlib.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -128,7 +128,7 @@ class Agent {
   std::map<int, std::unique_ptr<Connection>> connections_;
   std::map<uint32_t, std::unique_ptr<Process>> processes_;
   std::map<int, uint32_t> pipes_;  // output pipe fd -> channel
-  std::deque<uint32_t> exited_;     // channels of exited processes, oldest first
+  std::deque<uint32_t> exited_;    // channels of exited processes, oldest first
 };
 
 absl::Status Agent::Init(int listen_fd, uint64_t open_files) {
@@ -289,8 +289,11 @@ void Agent::Dispatch(int fd, Message m) {
     case MessageType::kList: {
       Json list = Json::array();
       for (auto& [channel, proc] : processes_) {
-        list.push_back({{"channel", channel}, {"pid", proc->pid}, {"argv", proc->argv},
-                        {"running", !proc->reaped}, {"tag", proc->tag}});
+        list.push_back({{"channel", channel},
+                        {"pid", proc->pid},
+                        {"argv", proc->argv},
+                        {"running", !proc->reaped},
+                        {"tag", proc->tag}});
       }
       Send(fd, MessageType::kProcessList, 0, {{"processes", list}});
       return;
@@ -315,10 +318,11 @@ void Agent::Dispatch(int fd, Message m) {
       winsize ws = {};
       const Json& rows = body["rows"];
       const Json& cols = body["cols"];
-      if (!p->terminal || !p->stdout_r || !rows.is_number_unsigned() || !cols.is_number_unsigned() ||
-          rows.get<uint64_t>() == 0 || rows.get<uint64_t>() > 10000 || cols.get<uint64_t>() == 0 ||
-          cols.get<uint64_t>() > 10000) {
-        Send(fd, MessageType::kError, m.channel, ErrorBody(400, "resize needs a terminal and 1..10000 rows and cols"));
+      if (!p->terminal || !p->stdout_r || !rows.is_number_unsigned() ||
+          !cols.is_number_unsigned() || rows.get<uint64_t>() == 0 || rows.get<uint64_t>() > 10000 ||
+          cols.get<uint64_t>() == 0 || cols.get<uint64_t>() > 10000) {
+        Send(fd, MessageType::kError, m.channel,
+             ErrorBody(400, "resize needs a terminal and 1..10000 rows and cols"));
         return;
       }
       ws.ws_row = static_cast<unsigned short>(rows.get<uint64_t>());
@@ -382,7 +386,8 @@ void Agent::Exec(int fd, const Json& request) {
   auto p = std::make_unique<Process>();
   UniqueFd child_ends[3];  // the command's stdio; this process's copies close after the fork
   const Json& pty = request.contains("pty") ? request["pty"] : Json();
-  absl::Status made = pty.is_null() ? MakePipes(*p, child_ends) : MakeTerminal(pty, spec, *p, child_ends);
+  absl::Status made =
+      pty.is_null() ? MakePipes(*p, child_ends) : MakeTerminal(pty, spec, *p, child_ends);
   int report[2];
   if (made.ok() && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, report) != 0) {
     made = ErrnoError("socketpair", "exec report");
@@ -413,11 +418,12 @@ void Agent::Exec(int fd, const Json& request) {
   uint32_t channel = p->channel;
   if (failed) {
     // It did not exec: say why, and let the reaper collect its status (127, 126 or 125).
-    std::string why = absl::StrCat(StepName(static_cast<Step>(failure.step)), ": ",
-                                   std::strerror(failure.error));
+    std::string why =
+        absl::StrCat(StepName(static_cast<Step>(failure.step)), ": ", std::strerror(failure.error));
     Send(fd, MessageType::kError, channel,
          ErrorBody(failure.step == static_cast<int32_t>(Step::kExec) && failure.error == ENOENT
-                       ? 404 : 500,
+                       ? 404
+                       : 500,
                    why));
   }
   for (UniqueFd* out : {&p->stdout_r, &p->stderr_r}) {
@@ -453,9 +459,10 @@ absl::Status Agent::MakePipes(Process& p, UniqueFd (&child_ends)[3]) {
 // whose output is the process's stdout.
 absl::Status Agent::MakeTerminal(const Json& size, const ProcessSpec& spec, Process& p,
                                  UniqueFd (&child_ends)[3]) {
-  if (!size.is_object() || !size["rows"].is_number_unsigned() || !size["cols"].is_number_unsigned() ||
-      size["rows"].get<uint64_t>() == 0 || size["rows"].get<uint64_t>() > 10000 ||
-      size["cols"].get<uint64_t>() == 0 || size["cols"].get<uint64_t>() > 10000) {
+  if (!size.is_object() || !size["rows"].is_number_unsigned() ||
+      !size["cols"].is_number_unsigned() || size["rows"].get<uint64_t>() == 0 ||
+      size["rows"].get<uint64_t>() > 10000 || size["cols"].get<uint64_t>() == 0 ||
+      size["cols"].get<uint64_t>() > 10000) {
     return absl::InvalidArgumentError("pty must be {\"rows\": 1..10000, \"cols\": 1..10000}");
   }
   UniqueFd master(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));

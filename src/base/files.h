@@ -5,8 +5,8 @@
 #pragma once
 
 #include <string>
-#include "absl/strings/string_view.h"
 
+#include "absl/strings/string_view.h"
 #include "base/status.h"
 #include "base/unique_fd.h"
 

@@ -11,11 +11,11 @@
 #pragma once
 
 #include <cerrno>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace brig {
 
@@ -31,10 +31,10 @@ absl::Status Annotate(const absl::Status& status, absl::string_view context);
 #define BRIG_CONCAT_INNER_(a, b) a##b
 #define BRIG_CONCAT_(a, b) BRIG_CONCAT_INNER_(a, b)
 
-#define BRIG_RETURN_IF_ERROR(expr)                 \
-  do {                                             \
-    ::absl::Status brig_status_ = (expr);          \
-    if (!brig_status_.ok()) return brig_status_;   \
+#define BRIG_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::absl::Status brig_status_ = (expr);        \
+    if (!brig_status_.ok()) return brig_status_; \
   } while (0)
 
 #define BRIG_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \

@@ -14,8 +14,8 @@ namespace {
 // that is neither a flag nor a flag's value: that is where the command starts.
 int FindCommandSeparator(int argc, char** argv) {
   static const std::set<std::string> kTakesValue = {
-      "--state-dir", "--memory", "--cpus", "--pids", "--disk", "--timeout", "--env", "-e",
-      "--workdir", "-w", "--user", "-u", "--stats-file"};
+      "--state-dir", "--memory",  "--cpus", "--pids", "--disk", "--timeout",   "--env",
+      "-e",          "--workdir", "-w",     "--user", "-u",     "--stats-file"};
   bool in_run = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -36,11 +36,13 @@ int main(int argc, char** argv) {
   CLI::App app{"brig: self-hosted sandboxes for AI agents"};
   app.require_subcommand(1);
   std::string state_dir = brig::DefaultStateDir();
-  app.add_option("--state-dir", state_dir, "state directory (default $BRIG_STATE_DIR or /var/lib/brig)");
+  app.add_option("--state-dir", state_dir,
+                 "state directory (default $BRIG_STATE_DIR or /var/lib/brig)");
 
   brig::RunFlags run;
   CLI::App* run_cmd = app.add_subcommand("run", "run one command in a fresh sandbox");
-  run_cmd->add_option("--memory", run.memory, "memory limit, e.g. 512M (the writable layer counts)");
+  run_cmd->add_option("--memory", run.memory,
+                      "memory limit, e.g. 512M (the writable layer counts)");
   run_cmd->add_option("--cpus", run.cpus, "CPU quota in cores, e.g. 1.5 (default: unlimited)");
   run_cmd->add_option("--pids", run.pids, "maximum processes and threads");
   run_cmd->add_option("--disk", run.disk, "size of the writable layer, e.g. 1G");

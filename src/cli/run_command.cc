@@ -1,6 +1,6 @@
 #include <signal.h>
-#include <sys/utsname.h>
 #include <sys/signalfd.h>
+#include <sys/utsname.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -36,7 +36,8 @@ absl::StatusOr<std::pair<SandboxSpec, ProcessSpec>> SpecsFromFlags(const RunFlag
   } else if (f.user == "root") {
     process.user = SandboxUser::kRoot;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("--user must be \"user\" or \"root\", not \"", f.user, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--user must be \"user\" or \"root\", not \"", f.user, "\""));
   }
   process.argv = f.command;
   process.env = f.env;
@@ -47,12 +48,18 @@ absl::StatusOr<std::pair<SandboxSpec, ProcessSpec>> SpecsFromFlags(const RunFlag
 
 const char* KindName(RunOutcome::Kind kind) {
   switch (kind) {
-    case RunOutcome::Kind::kExited: return "exited";
-    case RunOutcome::Kind::kSignaled: return "signaled";
-    case RunOutcome::Kind::kTimedOut: return "timed_out";
-    case RunOutcome::Kind::kOutOfMemory: return "out_of_memory";
-    case RunOutcome::Kind::kSetupFailed: return "setup_failed";
-    case RunOutcome::Kind::kExecFailed: return "exec_failed";
+    case RunOutcome::Kind::kExited:
+      return "exited";
+    case RunOutcome::Kind::kSignaled:
+      return "signaled";
+    case RunOutcome::Kind::kTimedOut:
+      return "timed_out";
+    case RunOutcome::Kind::kOutOfMemory:
+      return "out_of_memory";
+    case RunOutcome::Kind::kSetupFailed:
+      return "setup_failed";
+    case RunOutcome::Kind::kExecFailed:
+      return "exec_failed";
   }
   return "unknown";
 }
@@ -159,8 +166,8 @@ int CheckCommand(const std::string& state_dir) {
   std::printf("kernel: %s %s\n", host.sysname, host.release);
   std::printf("cgroups: %s\n", (*engine)->cgroups().Describe().c_str());
   int landlock = LandlockAbi();
-  std::printf("landlock: %s\n",
-              landlock > 0 ? absl::StrCat("ABI ", landlock).c_str() : "unavailable (layer skipped)");
+  std::printf("landlock: %s\n", landlock > 0 ? absl::StrCat("ABI ", landlock).c_str()
+                                             : "unavailable (layer skipped)");
   SandboxSpec spec;
   ProcessSpec process;
   process.argv = {"/bin/true"};
@@ -172,7 +179,8 @@ int CheckCommand(const std::string& state_dir) {
                  out.error.ok() ? KindName(out.kind) : std::string(out.error.message()).c_str());
     return kExitBrigError;
   }
-  std::printf("sandbox: ok (%.2f ms)\n", std::chrono::duration<double, std::milli>(out.wall).count());
+  std::printf("sandbox: ok (%.2f ms)\n",
+              std::chrono::duration<double, std::milli>(out.wall).count());
   return 0;
 }
 

@@ -4,8 +4,8 @@
 
 #include <chrono>
 #include <cstdint>
-#include "absl/strings/string_view.h"
 
+#include "absl/strings/string_view.h"
 #include "base/status.h"
 
 namespace brig {

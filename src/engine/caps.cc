@@ -12,9 +12,9 @@ namespace brig {
 namespace {
 
 constexpr unsigned long long kKept =
-    (1ull << CAP_CHOWN) | (1ull << CAP_DAC_OVERRIDE) | (1ull << CAP_FOWNER) |
-    (1ull << CAP_FSETID) | (1ull << CAP_KILL) | (1ull << CAP_SETGID) | (1ull << CAP_SETUID) |
-    (1ull << CAP_SETPCAP) | (1ull << CAP_NET_BIND_SERVICE);
+    (1ull << CAP_CHOWN) | (1ull << CAP_DAC_OVERRIDE) | (1ull << CAP_FOWNER) | (1ull << CAP_FSETID) |
+    (1ull << CAP_KILL) | (1ull << CAP_SETGID) | (1ull << CAP_SETUID) | (1ull << CAP_SETPCAP) |
+    (1ull << CAP_NET_BIND_SERVICE);
 
 }  // namespace
 

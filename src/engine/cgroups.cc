@@ -186,7 +186,8 @@ class CgroupV1 final : public SandboxCgroup {
   absl::Status Freeze(bool frozen) override {
     if (auto freezer = dirs_.find("freezer"); freezer != dirs_.end()) {
       const std::string state = freezer->second + "/freezer.state";
-      return WriteAndAwait(state, frozen ? "FROZEN" : "THAWED", state, frozen ? "FROZEN" : "THAWED");
+      return WriteAndAwait(state, frozen ? "FROZEN" : "THAWED", state,
+                           frozen ? "FROZEN" : "THAWED");
     }
     if (!unified_.empty()) return FreezeV2(unified_, frozen);
     return absl::FailedPreconditionError("this sandbox's cgroup was not made freezable");
@@ -345,10 +346,10 @@ absl::Status EnableV2Controllers(const std::string& dir) {
   if (!absl::IsUnavailable(enabled)) return enabled;  // EBUSY maps to Unavailable
   std::vector<pid_t> procs = ReadProcs(dir);
   if (procs.size() != 1 || procs[0] != ::getpid()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cgroup v2: cannot enable controllers in ", dir,
-        " because it holds other processes; start brig in a cgroup of its own "
-        "(e.g. systemd-run --scope -p Delegate=yes brig ...)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cgroup v2: cannot enable controllers in ", dir,
+                     " because it holds other processes; start brig in a cgroup of its own "
+                     "(e.g. systemd-run --scope -p Delegate=yes brig ...)"));
   }
   std::string leaf = dir + "/brig-supervisor";
   if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoError("mkdir", leaf);
@@ -369,7 +370,8 @@ absl::StatusOr<CgroupHost> CgroupHost::Detect() {
       own_path[""] = std::string(f[2]);
       continue;
     }
-    for (absl::string_view c : absl::StrSplit(f[1], ',')) own_path[std::string(c)] = std::string(f[2]);
+    for (absl::string_view c : absl::StrSplit(f[1], ','))
+      own_path[std::string(c)] = std::string(f[2]);
   }
 
   CgroupHost host;
@@ -411,11 +413,12 @@ absl::StatusOr<CgroupHost> CgroupHost::Detect() {
   absl::StatusOr<std::string> available = ReadFile(host.v2_dir_ + "/cgroup.controllers");
   if (!available.ok()) return available.status();
   for (const char* c : {"memory", "cpu", "pids"}) {
-    std::vector<absl::string_view> have = absl::StrSplit(absl::StripAsciiWhitespace(*available), ' ');
+    std::vector<absl::string_view> have =
+        absl::StrSplit(absl::StripAsciiWhitespace(*available), ' ');
     if (std::find(have.begin(), have.end(), c) == have.end()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cgroup v2: controller \"", c, "\" is not available in ", host.v2_dir_,
-          " (delegate it to brig's cgroup)"));
+      return absl::FailedPreconditionError(absl::StrCat("cgroup v2: controller \"", c,
+                                                        "\" is not available in ", host.v2_dir_,
+                                                        " (delegate it to brig's cgroup)"));
     }
   }
   BRIG_RETURN_IF_ERROR(EnableV2Controllers(host.v2_dir_));
@@ -465,7 +468,8 @@ absl::StatusOr<std::unique_ptr<SandboxCgroup>> CgroupHost::Create(const std::str
     if (!fd.ok()) return cleanup_on_error(fd.status());
     unified_fd = std::move(*fd);
   }
-  auto cgroup = std::make_unique<CgroupV1>(std::move(dirs), std::move(unified), std::move(unified_fd));
+  auto cgroup =
+      std::make_unique<CgroupV1>(std::move(dirs), std::move(unified), std::move(unified_fd));
   BRIG_RETURN_IF_ERROR(cgroup->ApplyLimits(limits));
   return cgroup;
 }

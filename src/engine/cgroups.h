@@ -77,8 +77,7 @@ class CgroupHost {
   // directory for cgroup.kill) only when `freezable` (sandboxes that may be paused). Whole-tree
   // kill does not depend on them: the sandbox's PID namespace dies with its PID 1.
   absl::StatusOr<std::unique_ptr<SandboxCgroup>> Create(const std::string& name,
-                                                        const Limits& limits,
-                                                        bool freezable) const;
+                                                        const Limits& limits, bool freezable) const;
   // The existing cgroup `<own cgroup>/<name>`, as Create made it (for a launcher taking a
   // sandbox over from an earlier one). NotFound when it does not exist.
   absl::StatusOr<std::unique_ptr<SandboxCgroup>> Open(const std::string& name) const;

@@ -45,8 +45,8 @@ void CloseAllBut(const int (&keep)[7]) {
 }
 
 [[noreturn]] void FailSetup(int control_fd, StepResult result) {
-  SendReport(control_fd, {ChildReport::kSetupFailed, static_cast<int32_t>(result.step),
-                          result.error, 0});
+  SendReport(control_fd,
+             {ChildReport::kSetupFailed, static_cast<int32_t>(result.step), result.error, 0});
   ::_exit(kSetupFailedExit);
 }
 
@@ -115,7 +115,8 @@ StepResult BecomeNamespaceRoot() {
   // The launcher's stdio is not the agent's: it may be a terminal or a pipe someone waits on.
   int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null < 0 || ::dup2(null, 0) < 0 || ::dup2(null, 1) < 0 || ::dup2(null, 2) < 0 ||
-      ::prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0) != 0 || ::fcntl(plan.agent_listen_fd, F_SETFD, 0) != 0 ||
+      ::prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0) != 0 ||
+      ::fcntl(plan.agent_listen_fd, F_SETFD, 0) != 0 ||
       ::fcntl(plan.uid_lock_fd, F_SETFD, 0) != 0) {
     FailSetup(plan.control_fd, Failed(Step::kExecAgent));
   }
@@ -128,39 +129,72 @@ StepResult BecomeNamespaceRoot() {
 
 const char* StepName(Step step) {
   switch (step) {
-    case Step::kNone: return "none";
-    case Step::kJoinCgroups: return "join cgroups";
-    case Step::kWaitForLauncher: return "wait for launcher";
-    case Step::kBecomeRoot: return "become namespace root";
-    case Step::kCgroupNamespace: return "enter cgroup namespace";
-    case Step::kPrivateMounts: return "make mounts private";
-    case Step::kScratchTmpfs: return "mount writable-layer tmpfs";
-    case Step::kScratchDirs: return "create layer directories";
-    case Step::kAttachLayers: return "attach template layers";
-    case Step::kRootOverlay: return "mount root overlay";
-    case Step::kUsrOverlay: return "mount /usr overlay";
-    case Step::kProc: return "mount /proc";
-    case Step::kMaskProc: return "mask /proc entries";
-    case Step::kDev: return "populate /dev";
-    case Step::kDevPts: return "mount /dev/pts";
-    case Step::kDevShm: return "mount /dev/shm";
-    case Step::kEtcFiles: return "write /etc/hosts";
-    case Step::kPivotRoot: return "pivot_root";
-    case Step::kLoopback: return "bring up loopback";
-    case Step::kHostname: return "set hostname";
-    case Step::kBlockSignals: return "set signal mask";
-    case Step::kForkCommand: return "fork command";
-    case Step::kStdio: return "set up stdio";
-    case Step::kSession: return "setsid";
-    case Step::kRlimits: return "set rlimits";
-    case Step::kCapabilities: return "bound capabilities";
-    case Step::kIdentity: return "switch user";
-    case Step::kWorkdir: return "change to working directory";
-    case Step::kLandlock: return "apply Landlock";
-    case Step::kNoNewPrivs: return "set no_new_privs";
-    case Step::kSeccomp: return "load seccomp filter";
-    case Step::kExec: return "exec";
-    case Step::kExecAgent: return "exec agent";
+    case Step::kNone:
+      return "none";
+    case Step::kJoinCgroups:
+      return "join cgroups";
+    case Step::kWaitForLauncher:
+      return "wait for launcher";
+    case Step::kBecomeRoot:
+      return "become namespace root";
+    case Step::kCgroupNamespace:
+      return "enter cgroup namespace";
+    case Step::kPrivateMounts:
+      return "make mounts private";
+    case Step::kScratchTmpfs:
+      return "mount writable-layer tmpfs";
+    case Step::kScratchDirs:
+      return "create layer directories";
+    case Step::kAttachLayers:
+      return "attach template layers";
+    case Step::kRootOverlay:
+      return "mount root overlay";
+    case Step::kUsrOverlay:
+      return "mount /usr overlay";
+    case Step::kProc:
+      return "mount /proc";
+    case Step::kMaskProc:
+      return "mask /proc entries";
+    case Step::kDev:
+      return "populate /dev";
+    case Step::kDevPts:
+      return "mount /dev/pts";
+    case Step::kDevShm:
+      return "mount /dev/shm";
+    case Step::kEtcFiles:
+      return "write /etc/hosts";
+    case Step::kPivotRoot:
+      return "pivot_root";
+    case Step::kLoopback:
+      return "bring up loopback";
+    case Step::kHostname:
+      return "set hostname";
+    case Step::kBlockSignals:
+      return "set signal mask";
+    case Step::kForkCommand:
+      return "fork command";
+    case Step::kStdio:
+      return "set up stdio";
+    case Step::kSession:
+      return "setsid";
+    case Step::kRlimits:
+      return "set rlimits";
+    case Step::kCapabilities:
+      return "bound capabilities";
+    case Step::kIdentity:
+      return "switch user";
+    case Step::kWorkdir:
+      return "change to working directory";
+    case Step::kLandlock:
+      return "apply Landlock";
+    case Step::kNoNewPrivs:
+      return "set no_new_privs";
+    case Step::kSeccomp:
+      return "load seccomp filter";
+    case Step::kExec:
+      return "exec";
+    case Step::kExecAgent:
+      return "exec agent";
   }
   return "unknown step";
 }
@@ -191,9 +225,13 @@ void SandboxInitMain(const ChildPlan& plan) {
   if (StepResult r = BecomeNamespaceRoot(); !r.ok()) FailSetup(control, r);
   // Changing credentials cleared the parent-death signal: set it again, then make sure the
   // launcher did not die in between (its end of the socket would be closed).
-  if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) FailSetup(control, Failed(Step::kBecomeRoot));
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) {
+    FailSetup(control, Failed(Step::kBecomeRoot));
+  }
   pollfd launcher = {control, POLLRDHUP, 0};
-  if (::poll(&launcher, 1, 0) > 0 && (launcher.revents & (POLLRDHUP | POLLHUP))) ::_exit(kSetupFailedExit);
+  if (::poll(&launcher, 1, 0) > 0 && (launcher.revents & (POLLRDHUP | POLLHUP))) {
+    ::_exit(kSetupFailedExit);
+  }
   if (::unshare(CLONE_NEWCGROUP) != 0) FailSetup(control, Failed(Step::kCgroupNamespace));
   if (StepResult r = BuildRootfs(plan.rootfs, skeleton_fd, usr_fd); !r.ok()) {
     FailSetup(control, r);

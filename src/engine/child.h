@@ -25,7 +25,7 @@
 namespace brig {
 
 struct ChildPlan {
-  int control_fd = -1;   // PID 1's end of the SOCK_SEQPACKET pair with the launcher
+  int control_fd = -1;  // PID 1's end of the SOCK_SEQPACKET pair with the launcher
   // The only descriptors PID 1 keeps of the launcher's: control_fd, the uid-range lock, and the
   // command's stdio. Everything else a (multithreaded) launcher had open at clone time, such as
   // another thread's lock file, is closed at once.

@@ -84,8 +84,8 @@ pid_t SpawnCommand(const CommandPlan& plan, int report_fd) {
   return pid;
 }
 
-void MakeCommandPlan(const ProcessSpec& process, const std::string& hostname,
-                     uint64_t open_files, CommandPlan& c) {
+void MakeCommandPlan(const ProcessSpec& process, const std::string& hostname, uint64_t open_files,
+                     CommandPlan& c) {
   UserIdentity who = IdentityOf(process.user);
   c.uid = who.uid;
   c.gid = who.gid;

@@ -24,22 +24,22 @@ namespace brig {
 struct CommandPlan {
   std::vector<std::string> candidates;  // absolute paths to try with execve, in PATH order
   std::vector<std::string> argv_storage, env_storage;
-  std::vector<char*> argv, envp;        // NULL-terminated views of the storage
+  std::vector<char*> argv, envp;  // NULL-terminated views of the storage
   uid_t uid = 0;
   gid_t gid = 0;
   std::string workdir;
   uint64_t open_files = 1024;
-  int stdio[3] = {-1, -1, -1};          // dup2'ed onto 0, 1, 2 when >= 0
-  bool controlling_tty = false;         // stdin is a terminal to make the session's own
+  int stdio[3] = {-1, -1, -1};   // dup2'ed onto 0, 1, 2 when >= 0
+  bool controlling_tty = false;  // stdin is a terminal to make the session's own
   int landlock_abi = 0;
-  int last_capability = 40;             // /proc/sys/kernel/cap_last_cap
-  sock_fprog seccomp = {};              // points at SandboxFilter()
+  int last_capability = 40;  // /proc/sys/kernel/cap_last_cap
+  sock_fprog seccomp = {};   // points at SandboxFilter()
 };
 
 // Fills `plan` for `process` in a sandbox named `hostname`, then points its views at its own
 // storage: `plan` must stay where it is until the command has exec'd.
-void MakeCommandPlan(const ProcessSpec& process, const std::string& hostname,
-                     uint64_t open_files, CommandPlan& plan);
+void MakeCommandPlan(const ProcessSpec& process, const std::string& hostname, uint64_t open_files,
+                     CommandPlan& plan);
 
 // Starts the command: vfork, then RunCommand in the child. Returns the child's pid (or -1)
 // once it has exec'd or exited; a failure before exec was reported on `report_fd`.

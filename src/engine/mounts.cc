@@ -13,8 +13,8 @@ namespace brig {
 namespace {
 
 absl::StatusOr<UniqueFd> OpenIdmappedReadOnly(const std::string& path, int userns_fd) {
-  UniqueFd tree(static_cast<int>(
-      ::open_tree(AT_FDCWD, path.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+  UniqueFd tree(
+      static_cast<int>(::open_tree(AT_FDCWD, path.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
   if (!tree) return ErrnoError("open_tree", path);
   mount_attr attr = {};
   attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_IDMAP;
@@ -34,12 +34,12 @@ absl::StatusOr<UniqueFd> OpenIdmappedReadOnly(const std::string& path, int usern
 
 // Device nodes bind-mounted from the host: the harmless ones every program expects.
 constexpr const char* kDevices[] = {"null", "zero", "full", "random", "urandom", "tty"};
-constexpr const char* kDevLinks[][2] = {{"fd", "/proc/self/fd"},       {"stdin", "/proc/self/fd/0"},
-                                        {"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"},
-                                        {"ptmx", "pts/ptmx"},          {"core", "/proc/kcore"}};
+constexpr const char* kDevLinks[][2] = {
+    {"fd", "/proc/self/fd"},       {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"},
+    {"stderr", "/proc/self/fd/2"}, {"ptmx", "pts/ptmx"},         {"core", "/proc/kcore"}};
 // /proc entries that expose the host kernel's internals: covered by /dev/null.
-constexpr const char* kMaskedProc[] = {"kcore", "sysrq-trigger", "timer_list", "sched_debug",
-                                       "latency_stats", "kallsyms", "keys"};
+constexpr const char* kMaskedProc[] = {
+    "kcore", "sysrq-trigger", "timer_list", "sched_debug", "latency_stats", "kallsyms", "keys"};
 
 // Restricted-zone path join into a caller's buffer; no allocation.
 bool Join(char* out, size_t cap, const char* a, const char* b) {
@@ -188,8 +188,8 @@ StepResult BuildRootfs(const RootfsPlan& plan, int skeleton_fd, int usr_fd) {
                                  &plan.usr_upper, &plan.usr_work, &plan.root}) {
     if (::mkdir(dir->c_str(), 0755) != 0) return Failed(Step::kScratchDirs);
   }
-  if (::move_mount(skeleton_fd, "", AT_FDCWD, plan.skeleton_dir.c_str(),
-                   MOVE_MOUNT_F_EMPTY_PATH) != 0 ||
+  if (::move_mount(skeleton_fd, "", AT_FDCWD, plan.skeleton_dir.c_str(), MOVE_MOUNT_F_EMPTY_PATH) !=
+          0 ||
       ::move_mount(usr_fd, "", AT_FDCWD, plan.usr_lower_dir.c_str(), MOVE_MOUNT_F_EMPTY_PATH) !=
           0) {
     return Failed(Step::kAttachLayers);

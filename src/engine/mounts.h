@@ -40,9 +40,9 @@ absl::StatusOr<LayerMounts> OpenLayers(const TemplatePaths& layers, int userns_f
 struct RootfsPlan {
   std::string scratch;          // a host directory; the scratch tmpfs is mounted over it
   std::string scratch_options;  // "size=…,mode=0700"
-  std::string skeleton_dir, usr_lower_dir;         // where the layers are attached
-  std::string upper, work, usr_upper, usr_work;    // writable layer directories
-  std::string root;                                // the new root (overlay mount point)
+  std::string skeleton_dir, usr_lower_dir;       // where the layers are attached
+  std::string upper, work, usr_upper, usr_work;  // writable layer directories
+  std::string root;                              // the new root (overlay mount point)
   std::string root_overlay_options, usr_overlay_options;
   std::string root_usr, root_proc, root_dev, root_dev_pts, root_dev_shm;
   std::vector<std::string> masked_proc;  // entries of the new /proc to cover (those that exist)

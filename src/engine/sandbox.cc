@@ -109,11 +109,16 @@ absl::Status StepError(const ChildReport& report) {
 
 int ExitCodeFor(const RunOutcome& outcome) {
   switch (outcome.kind) {
-    case RunOutcome::Kind::kExited: return outcome.exit_code;
-    case RunOutcome::Kind::kSignaled: return 128 + outcome.signal;
-    case RunOutcome::Kind::kTimedOut: return kExitTimedOut;
-    case RunOutcome::Kind::kOutOfMemory: return kExitOutOfMemory;
-    case RunOutcome::Kind::kSetupFailed: return kExitBrigError;
+    case RunOutcome::Kind::kExited:
+      return outcome.exit_code;
+    case RunOutcome::Kind::kSignaled:
+      return 128 + outcome.signal;
+    case RunOutcome::Kind::kTimedOut:
+      return kExitTimedOut;
+    case RunOutcome::Kind::kOutOfMemory:
+      return kExitOutOfMemory;
+    case RunOutcome::Kind::kSetupFailed:
+      return kExitBrigError;
     case RunOutcome::Kind::kExecFailed:
       return absl::IsNotFound(outcome.error) ? kExitNotFound : kExitNotExecutable;
   }
@@ -139,8 +144,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& state_di
   // out the same uid range. /run is per boot, like the locks.
   std::string uid_slots = "/run/brig/uid-slots";
   if (!MakeDirs("/run/brig", 0700).ok()) uid_slots = state_dir + "/uid-slots";
-  return std::unique_ptr<Engine>(
-      new Engine(state_dir, std::move(uid_slots), std::move(cgroups)));
+  return std::unique_ptr<Engine>(new Engine(state_dir, std::move(uid_slots), std::move(cgroups)));
 }
 
 absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Launch(SandboxSpec spec,
@@ -177,8 +181,10 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Engine::LaunchAgent(SandboxSpec spec,
   Mode mode = {LongLivedCgroupName(spec.id), /*freezable=*/true,
                [&](Sandbox&) { return absl::OkStatus(); }};
   absl::StatusOr<std::unique_ptr<Sandbox>> sandbox = Start(std::move(spec), std::move(plan), mode);
-  if (!sandbox.ok()) ::unlink(socket_path.c_str());
-  else (*sandbox)->agent_socket_ = socket_path;
+  if (!sandbox.ok())
+    ::unlink(socket_path.c_str());
+  else
+    (*sandbox)->agent_socket_ = socket_path;
   return sandbox;
 }
 
@@ -260,7 +266,8 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Adopt(const std::string& id, pi
   if (!cgroups.ok() || cgroups->find("/" + name + "\n") == std::string::npos ||
       ::syscall(SYS_pidfd_send_signal, sandbox->pidfd_.get(), 0, nullptr, 0) != 0) {
     sandbox->reaped_ = true;  // not ours to kill
-    return absl::NotFoundError(absl::StrCat("sandbox ", id, ": process ", pid, " is not its PID 1"));
+    return absl::NotFoundError(
+        absl::StrCat("sandbox ", id, ": process ", pid, " is not its PID 1"));
   }
   BRIG_ASSIGN_OR_RETURN(sandbox->cgroup_, cgroups_.Open(name));
   BRIG_ASSIGN_OR_RETURN(sandbox->oom_, sandbox->cgroup_->WatchOom());
@@ -348,13 +355,18 @@ absl::Status Sandbox::Kill() {
 
 void Sandbox::HandleReport(const ChildReport& report) {
   switch (report.kind) {
-    case ChildReport::kSetupFailed: setup_error_ = StepError(report); break;
+    case ChildReport::kSetupFailed:
+      setup_error_ = StepError(report);
+      break;
     case ChildReport::kExecFailed:
       exec_errno_ = report.error;
       exec_error_ = ErrnoError("exec", "", report.error);
       break;
-    case ChildReport::kCommandExited: command_status_ = report.wait_status; break;
-    default: break;
+    case ChildReport::kCommandExited:
+      command_status_ = report.wait_status;
+      break;
+    default:
+      break;
   }
 }
 

@@ -2,8 +2,8 @@
 //
 // Engine::Launch reads as the ordered list of what a sandbox is made of (see sandbox.cc):
 // validate, uid range, cgroup, child plan, clone3 into new namespaces (PID 1 joins its v1
-// cgroups itself), id maps, template layers, go. Every resource acquired on the way is owned by an RAII
-// object, so a failure at any step, or the launcher's death (PID 1 has PDEATHSIG and the
+// cgroups itself), id maps, template layers, go. Every resource acquired on the way is owned by an
+// RAII object, so a failure at any step, or the launcher's death (PID 1 has PDEATHSIG and the
 // kernel tears down its PID and mount namespaces), leaves nothing behind but a cgroup
 // directory, which Engine::SweepStale removes on the next start.
 //
@@ -31,9 +31,9 @@ namespace brig {
 struct RunOutcome {
   enum class Kind { kExited, kSignaled, kTimedOut, kOutOfMemory, kSetupFailed, kExecFailed };
   Kind kind = Kind::kExited;
-  int exit_code = 0;    // kExited
-  int signal = 0;       // kSignaled, kOutOfMemory (the signal that ended it)
-  absl::Status error;   // kSetupFailed, kExecFailed: which step and why
+  int exit_code = 0;   // kExited
+  int signal = 0;      // kSignaled, kOutOfMemory (the signal that ended it)
+  absl::Status error;  // kSetupFailed, kExecFailed: which step and why
   CgroupUsage usage;
   std::chrono::nanoseconds wall{0};
 };
@@ -51,7 +51,7 @@ struct ChildPlan;
 
 // A long-lived sandbox: its PID 1 is the agent (agent/agent.h), reached at `socket_path`.
 struct AgentOptions {
-  std::string socket_path;              // created (0600, root only) and listened on by brig
+  std::string socket_path;                // created (0600, root only) and listened on by brig
   std::string binary = "/proc/self/exe";  // the brig executable to run as the agent
 };
 

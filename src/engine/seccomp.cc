@@ -4,10 +4,10 @@
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <memory>
@@ -20,26 +20,63 @@ namespace {
 // Calls refused with EPERM, whatever their arguments. See docs/security.md for why each.
 constexpr const char* kDenied[] = {
     // the kernel itself
-    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
-    "bpf", "perf_event_open", "userfaultfd", "iopl", "ioperm", "syslog", "acct", "swapon",
-    "swapoff", "quotactl", "quotactl_fd", "nfsservctl", "lookup_dcookie", "uselib", "_sysctl",
-    "vhangup", "fanotify_init",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "reboot",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "iopl",
+    "ioperm",
+    "syslog",
+    "acct",
+    "swapon",
+    "swapoff",
+    "quotactl",
+    "quotactl_fd",
+    "nfsservctl",
+    "lookup_dcookie",
+    "uselib",
+    "_sysctl",
+    "vhangup",
+    "fanotify_init",
     // io_uring: a large, fast-moving attack surface that bypasses this filter's view of calls
-    "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
     // keys are not namespaced
-    "keyctl", "add_key", "request_key",
+    "keyctl",
+    "add_key",
+    "request_key",
     // the host's clock
-    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
     // file systems and namespaces: the sandbox's own are set up before this filter loads
-    "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig",
-    "fsmount", "fspick", "mount_setattr", "unshare", "setns",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "unshare",
+    "setns",
     // file handles bypass path-based confinement (the "shocker" escape)
-    "open_by_handle_at", "name_to_handle_at",
+    "open_by_handle_at",
+    "name_to_handle_at",
 };
 
 constexpr uint64_t kNamespaceFlags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
-                                     CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP |
-                                     CLONE_NEWTIME;
+                                     CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_NEWTIME;
 
 struct CtxDeleter {
   void operator()(void* ctx) const { seccomp_release(ctx); }

@@ -94,8 +94,8 @@ absl::Status Validate(const ProcessSpec& process) {
   for (const std::string& kv : process.env) {
     size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0 || kv.find('\0') != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("environment entry \"", kv,
-                                                     "\" must look like NAME=VALUE"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment entry \"", kv, "\" must look like NAME=VALUE"));
     }
   }
   if (!process.workdir.empty() && process.workdir[0] != '/') {

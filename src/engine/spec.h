@@ -46,7 +46,7 @@ struct ProcessSpec {
 };
 
 struct SandboxSpec {
-  std::string id;               // 20 chars of [a-z0-9]; generated when empty
+  std::string id;  // 20 chars of [a-z0-9]; generated when empty
   std::string template_name = "base";
   Limits limits;
   std::optional<std::chrono::milliseconds> timeout;  // whole-sandbox lifetime

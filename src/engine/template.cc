@@ -22,15 +22,57 @@ constexpr absl::string_view kTemplateVersion = "base-3";
 // What of the host's /etc programs need. An allowlist: secrets (shadow, ssh host keys, sudoers,
 // TLS private keys, machine-id) and files that may carry credentials (environment, gitconfig,
 // npmrc, wgetrc, netrc) and anything not named here stay out.
-constexpr const char* kHostEtcEntries[] = {
-    "alternatives", "bash.bashrc", "bash_completion", "bash_completion.d", "ca-certificates",
-    "ca-certificates.conf", "debian_version", "fonts", "gai.conf", "host.conf",
-    "inputrc", "issue", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "locale.alias", "localtime",
-    "login.defs", "magic", "magic.mime", "matplotlibrc", "mime.types", "networks", "os-release",
-    "profile", "profile.d", "protocols", "python3", "python3.11", "rpc", "services", "shells",
-    "skel", "ssl", "terminfo", "timezone", "vim", "xattr.conf", "nanorc",
-    "perl", "mailcap", "papersize", "ethertypes", "lsb-release", "default", "java-17-openjdk",
-    "X11", "R", "gprofng.rc", "nodejs", "manpath.config"};
+constexpr const char* kHostEtcEntries[] = {"alternatives",
+                                           "bash.bashrc",
+                                           "bash_completion",
+                                           "bash_completion.d",
+                                           "ca-certificates",
+                                           "ca-certificates.conf",
+                                           "debian_version",
+                                           "fonts",
+                                           "gai.conf",
+                                           "host.conf",
+                                           "inputrc",
+                                           "issue",
+                                           "ld.so.cache",
+                                           "ld.so.conf",
+                                           "ld.so.conf.d",
+                                           "locale.alias",
+                                           "localtime",
+                                           "login.defs",
+                                           "magic",
+                                           "magic.mime",
+                                           "matplotlibrc",
+                                           "mime.types",
+                                           "networks",
+                                           "os-release",
+                                           "profile",
+                                           "profile.d",
+                                           "protocols",
+                                           "python3",
+                                           "python3.11",
+                                           "rpc",
+                                           "services",
+                                           "shells",
+                                           "skel",
+                                           "ssl",
+                                           "terminfo",
+                                           "timezone",
+                                           "vim",
+                                           "xattr.conf",
+                                           "nanorc",
+                                           "perl",
+                                           "mailcap",
+                                           "papersize",
+                                           "ethertypes",
+                                           "lsb-release",
+                                           "default",
+                                           "java-17-openjdk",
+                                           "X11",
+                                           "R",
+                                           "gprofng.rc",
+                                           "nodejs",
+                                           "manpath.config"};
 // Inside copied directories, these are left out anyway.
 constexpr const char* kHostEtcExcluded[] = {"ssl/private", "default/useradd"};
 
@@ -42,10 +84,10 @@ struct Dir {
   uid_t owner;  // inside the sandbox: files are seen through an id-mapped mount
 };
 constexpr Dir kSkeletonDirs[] = {
-    {"usr", 0755, 0},      {"proc", 0555, 0},    {"sys", 0555, 0},       {"dev", 0755, 0},
-    {"tmp", 01777, 0},     {"run", 0755, 0},     {"run/lock", 01777, 0}, {"var", 0755, 0},
-    {"var/tmp", 01777, 0}, {"var/log", 0755, 0}, {"var/cache", 0755, 0}, {"var/lib", 0755, 0},
-    {"home", 0755, 0},     {"root", 0700, 0},    {"opt", 0755, 0},       {"mnt", 0755, 0},
+    {"usr", 0755, 0},      {"proc", 0555, 0},    {"sys", 0555, 0},          {"dev", 0755, 0},
+    {"tmp", 01777, 0},     {"run", 0755, 0},     {"run/lock", 01777, 0},    {"var", 0755, 0},
+    {"var/tmp", 01777, 0}, {"var/log", 0755, 0}, {"var/cache", 0755, 0},    {"var/lib", 0755, 0},
+    {"home", 0755, 0},     {"root", 0700, 0},    {"opt", 0755, 0},          {"mnt", 0755, 0},
     {"srv", 0755, 0},      {"etc", 0755, 0},     {"home/user", 0750, 1000},
 };
 
@@ -96,7 +138,9 @@ absl::Status CopySkelInto(const fs::path& home, uid_t owner) {
     const fs::directory_entry& entry = *it;
     fs::path to = home / entry.path().filename();
     fs::copy(entry.path(), to, fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
-    if (ec) return absl::InternalError(absl::StrCat("copying ", entry.path().string(), ": ", ec.message()));
+    if (ec)
+      return absl::InternalError(
+          absl::StrCat("copying ", entry.path().string(), ": ", ec.message()));
     if (::lchown(to.c_str(), owner, owner) != 0) return ErrnoError("lchown", to.string());
   }
   return absl::OkStatus();
@@ -113,9 +157,10 @@ absl::Status BuildSkeleton(const fs::path& root) {
       if (ec) return absl::InternalError(absl::StrCat("symlink ", (root / link).string()));
     } else if (fs::is_directory(host, ec) && absl::string_view(link) != "lib32" &&
                absl::string_view(link) != "libx32") {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the host's /", link, " is a directory: brig's base template needs a merged-/usr "
-          "userland (Debian 12 and later)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the host's /", link,
+                       " is a directory: brig's base template needs a merged-/usr "
+                       "userland (Debian 12 and later)"));
     }
   }
   for (const Dir& d : kSkeletonDirs) {
@@ -186,7 +231,8 @@ absl::StatusOr<TemplatePaths> EnsureTemplate(const std::string& state_dir,
   // Only the launcher (root) reads templates, through open_tree; nobody else may reach them
   // (home/user in the skeleton is owned by uid 1000 on disk).
   BRIG_RETURN_IF_ERROR(MakeDirs(dir.string(), 0700));
-  if (::chmod(dir.parent_path().c_str(), 0700) != 0) return ErrnoError("chmod", dir.parent_path().string());
+  if (::chmod(dir.parent_path().c_str(), 0700) != 0)
+    return ErrnoError("chmod", dir.parent_path().string());
   BRIG_ASSIGN_OR_RETURN(UniqueFd lock, OpenFd((dir / ".lock").string(), O_RDWR | O_CREAT, 0600));
   if (::flock(lock.get(), LOCK_EX) != 0) return ErrnoError("flock", (dir / ".lock").string());
   have = ReadFile((dir / "fingerprint").string());  // another process may have built it
@@ -207,7 +253,8 @@ absl::StatusOr<TemplatePaths> EnsureTemplate(const std::string& state_dir,
   if (fs::exists(paths.rootfs, ec) && ::rename(paths.rootfs.c_str(), old.c_str()) != 0) {
     return ErrnoError("rename", paths.rootfs);
   }
-  if (::rename(fresh.c_str(), paths.rootfs.c_str()) != 0) return ErrnoError("rename", fresh.string());
+  if (::rename(fresh.c_str(), paths.rootfs.c_str()) != 0)
+    return ErrnoError("rename", fresh.string());
   RemoveRetired(dir);
   BRIG_RETURN_IF_ERROR(WriteFileAtomic((dir / "fingerprint").string(), want, 0644));
   return paths;

@@ -25,7 +25,6 @@ struct TemplatePaths {
 // NotFound unless a template of that name exists (only "base" for now).
 absl::Status CheckTemplateName(const std::string& name);
 
-absl::StatusOr<TemplatePaths> EnsureTemplate(const std::string& state_dir,
-                                             const std::string& name);
+absl::StatusOr<TemplatePaths> EnsureTemplate(const std::string& state_dir, const std::string& name);
 
 }  // namespace brig

@@ -17,9 +17,7 @@ uint64_t GetLe(const char* p, int bytes) {
 
 }  // namespace
 
-bool IsKnownType(uint16_t type) {
-  return (type >= 1 && type <= 8) || (type >= 100 && type <= 106);
-}
+bool IsKnownType(uint16_t type) { return (type >= 1 && type <= 8) || (type >= 100 && type <= 106); }
 
 std::string Encode(const Message& message) {
   std::string out;
@@ -48,9 +46,11 @@ absl::Status FrameDecoder::ParseAvailable() {
     auto length = static_cast<uint32_t>(GetLe(h, 4));
     auto type = static_cast<uint16_t>(GetLe(h + 4, 2));
     if (length > kMaxPayload) {
-      return absl::InvalidArgumentError(absl::StrCat("frame of ", length, " bytes exceeds the limit"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("frame of ", length, " bytes exceeds the limit"));
     }
-    if (!IsKnownType(type)) return absl::InvalidArgumentError(absl::StrCat("unknown frame type ", type));
+    if (!IsKnownType(type))
+      return absl::InvalidArgumentError(absl::StrCat("unknown frame type ", type));
     if (GetLe(h + 12, 4) != 0) return absl::InvalidArgumentError("reserved header field is not 0");
     if (buffer_.size() - pos - kHeaderSize < length) break;
     Message m;

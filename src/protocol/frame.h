@@ -40,13 +40,13 @@ enum class MessageType : uint16_t {
   kList = 7,        // {}
   kResize = 8,      // channel: process with a terminal; {"rows": N, "cols": N}
   // agent -> daemon
-  kHelloReply = 100,  // {"version": 1, "pid": N}
-  kStarted = 101,     // channel: process; {"pid": N, "tag": ""}
-  kOutput = 102,      // channel: process; flags: 1 stdout, 2 stderr; payload: u64 offset + bytes
-  kExited = 103,      // channel: process; {"exit_code": N} or {"signal": N}
-  kError = 104,       // channel: the request's; {"code": http-like status, "message": ""}
-  kProcessList = 105, // {"processes": [{"channel", "pid", "argv", "running", "tag"}]}
-  kTruncated = 106,   // channel: process; {"from": N, "to": M}: bytes N..M left the ring
+  kHelloReply = 100,   // {"version": 1, "pid": N}
+  kStarted = 101,      // channel: process; {"pid": N, "tag": ""}
+  kOutput = 102,       // channel: process; flags: 1 stdout, 2 stderr; payload: u64 offset + bytes
+  kExited = 103,       // channel: process; {"exit_code": N} or {"signal": N}
+  kError = 104,        // channel: the request's; {"code": http-like status, "message": ""}
+  kProcessList = 105,  // {"processes": [{"channel", "pid", "argv", "running", "tag"}]}
+  kTruncated = 106,    // channel: process; {"from": N, "to": M}: bytes N..M left the ring
 };
 
 struct Message {

@@ -25,13 +25,14 @@ TEST_F(RunCli, StreamsStdio) {
 }
 
 TEST_F(RunCli, FlagsReachTheCommand) {
-  Result r = Bash("echo $(id -un):$(pwd):$A:$B", {"--env", "A=1", "-e", "B=two words", "--workdir",
-                                                  "/tmp", "--user", "root"});
+  Result r = Bash("echo $(id -un):$(pwd):$A:$B",
+                  {"--env", "A=1", "-e", "B=two words", "--workdir", "/tmp", "--user", "root"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "root:/tmp:1:two words\n");
   Result user = Bash("echo $(id -u):$(id -g):$HOME:$(pwd)");
   EXPECT_EQ(user.out, "1000:1000:/home/user:/home/user\n");
-  Result plain = RunProgram({BRIG_BINARY, "--state-dir", state_dir(), "run", "/bin/echo", "a", "-n"});
+  Result plain =
+      RunProgram({BRIG_BINARY, "--state-dir", state_dir(), "run", "/bin/echo", "a", "-n"});
   EXPECT_EQ(plain.out, "a -n\n") << "without --, everything after the command is its own";
 }
 

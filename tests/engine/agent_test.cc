@@ -138,9 +138,10 @@ TEST_F(AgentTest, RunsCommandsAndStreamsOutput) {
 
 TEST_F(AgentTest, CommandsRunSandboxed) {
   AgentClient c(socket_path_);
-  uint32_t ch = c.Exec({{"argv", {"/bin/sh", "-c",
-                                  "id -un; grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status; "
-                                  "echo $HOME $HOSTNAME; pwd"}}});
+  uint32_t ch = c.Exec({{"argv",
+                         {"/bin/sh", "-c",
+                          "id -un; grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status; "
+                          "echo $HOME $HOSTNAME; pwd"}}});
   ASSERT_NE(ch, 0u);
   std::string out;
   EXPECT_EQ(c.UntilExit(ch, &out)["exit_code"], 0);
@@ -279,8 +280,8 @@ TEST_F(AgentTest, TakeoverFindsItsProcessesAndCanKillIt) {
   std::string marker = UniqueMarker();
   {
     AgentClient c(socket_path_);
-    ASSERT_NE(c.Exec({{"argv", {"/usr/bin/python3", "-c", "import time; time.sleep(100)", marker}}}),
-              0u);
+    ASSERT_NE(
+        c.Exec({{"argv", {"/usr/bin/python3", "-c", "import time; time.sleep(100)", marker}}}), 0u);
   }
   ASSERT_TRUE(WaitFor([&] { return !PidsWithArgument(marker).empty(); }));
   sandbox_->Detach();
@@ -307,8 +308,8 @@ TEST_F(AgentTest, TakeoverFindsItsProcessesAndCanKillIt) {
 
 TEST_F(AgentTest, PauseFreezesAndResumeContinues) {
   AgentClient c(socket_path_);
-  uint32_t ch = c.Exec({{"argv", {"/bin/sh", "-c",
-                                  "i=0; while :; do i=$((i+1)); echo $i; sleep 0.02; done"}}});
+  uint32_t ch = c.Exec(
+      {{"argv", {"/bin/sh", "-c", "i=0; while :; do i=$((i+1)); echo $i; sleep 0.02; done"}}});
   ASSERT_NE(ch, 0u);
   auto last_count = [&](std::chrono::milliseconds window) {
     long last = -1;
@@ -353,13 +354,15 @@ TEST_F(AgentTest, PauseFreezesAndResumeContinues) {
 
 TEST_F(AgentTest, TerminalRunsAnInteractivePythonAndResizes) {
   AgentClient c(socket_path_);
-  uint32_t ch = c.Exec({{"argv", {"/usr/bin/python3", "-q", "-i"}}, {"pty", {{"rows", 24}, {"cols", 80}}}});
+  uint32_t ch =
+      c.Exec({{"argv", {"/usr/bin/python3", "-q", "-i"}}, {"pty", {{"rows", 24}, {"cols", 80}}}});
   ASSERT_NE(ch, 0u);
   // Reads terminal output until `needle` appears (or 10 s pass).
   std::string screen;
   auto read_until = [&](const std::string& needle) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (screen.find(needle) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    while (screen.find(needle) == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
       std::optional<Message> m = c.Next(std::chrono::milliseconds(200));
       if (m && m->type == MessageType::kOutput && m->channel == ch) {
         EXPECT_EQ(m->flags, 1) << "a terminal has one output stream";
@@ -373,7 +376,8 @@ TEST_F(AgentTest, TerminalRunsAnInteractivePythonAndResizes) {
          "import os, sys, shutil; print(os.isatty(0), 6 * 7, shutil.get_terminal_size())\n");
   EXPECT_TRUE(read_until("True 42 os.terminal_size(columns=80, lines=24)")) << screen;
   c.SendJson(MessageType::kResize, ch, {{"rows", 40}, {"cols", 120}});
-  c.Send(MessageType::kStdin, ch, "print(os.get_terminal_size(0)); print(os.getsid(0) == os.getpid())\n");
+  c.Send(MessageType::kStdin, ch,
+         "print(os.get_terminal_size(0)); print(os.getsid(0) == os.getpid())\n");
   EXPECT_TRUE(read_until("os.terminal_size(columns=120, lines=40)")) << screen;
   EXPECT_TRUE(read_until("True\r\n")) << "its own session, with the terminal as controlling tty";
   c.Send(MessageType::kStdin, ch, "exit(5)\n");

@@ -61,9 +61,8 @@ TEST_F(EngineTest, CgroupLivesExactlyAsLongAsTheSandbox) {
   std::vector<std::string> paths = (*sandbox)->cgroup().Paths();
   ASSERT_FALSE(paths.empty());
   for (const std::string& p : paths) EXPECT_TRUE(std::filesystem::exists(p)) << p;
-  EXPECT_TRUE(WaitFor([&] {
-    return !ReadText(paths.front() + "/cgroup.procs").empty();
-  })) << "PID 1 joins its cgroup";
+  EXPECT_TRUE(WaitFor([&] { return !ReadText(paths.front() + "/cgroup.procs").empty(); }))
+      << "PID 1 joins its cgroup";
   RunOutcome outcome = (*sandbox)->Wait();
   EXPECT_EQ(outcome.kind, RunOutcome::Kind::kExited);
   EXPECT_GT(outcome.usage.cpu_usec, 0u);
@@ -87,10 +86,10 @@ TEST_F(EngineTest, KillEndsEveryProcess) {
 
 TEST_F(EngineTest, SignalsReachTheCommand) {
   Capture out;
-  auto sandbox = engine_->Launch(
-      {}, Command({"/bin/bash", "-c", "trap 'echo got-term; exit 42' TERM; echo ready; "
-                                      "while :; do sleep 0.05; done"},
-                  &out));
+  auto sandbox = engine_->Launch({}, Command({"/bin/bash", "-c",
+                                              "trap 'echo got-term; exit 42' TERM; echo ready; "
+                                              "while :; do sleep 0.05; done"},
+                                             &out));
   ASSERT_TRUE(sandbox.ok()) << sandbox.status();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ASSERT_TRUE((*sandbox)->Signal(SIGTERM).ok());
@@ -159,10 +158,10 @@ TEST_F(EngineTest, DiskLimitBoundsTheWritableLayer) {
   Capture out;
   SandboxSpec spec;
   spec.limits.disk_bytes = 16ull << 20;
-  auto sandbox = engine_->Launch(
-      spec, Command({"/bin/sh", "-c", "dd if=/dev/zero of=/tmp/big bs=1M count=64 2>&1; "
-                                      "ls -s --block-size=1M /tmp/big"},
-                    &out));
+  auto sandbox = engine_->Launch(spec, Command({"/bin/sh", "-c",
+                                                "dd if=/dev/zero of=/tmp/big bs=1M count=64 2>&1; "
+                                                "ls -s --block-size=1M /tmp/big"},
+                                               &out));
   ASSERT_TRUE(sandbox.ok());
   (*sandbox)->Wait();
   sandbox->reset();
@@ -181,7 +180,8 @@ TEST_F(EngineTest, LandlockConfinesToSandboxTree) {
   ASSERT_GE(dir_fd, 0);
   chmod(host_dir.path().c_str(), 0755);
   Capture out;
-  ProcessSpec p = Command({"/bin/sh", "-c", "ls /proc/self/fd/0/; echo rc=$?; ls / >/dev/null; echo root=$?"}, &out);
+  ProcessSpec p = Command(
+      {"/bin/sh", "-c", "ls /proc/self/fd/0/; echo rc=$?; ls / >/dev/null; echo root=$?"}, &out);
   p.stdio[0] = dir_fd;
   p.user = SandboxUser::kRoot;
   auto sandbox = engine_->Launch({}, p);

@@ -28,7 +28,9 @@ TEST_F(Isolation, HostProcessesInvisible) {
   Result r = Python(
       "import os\n"
       "pids = [p for p in os.listdir('/proc') if p.isdigit()]\n"
-      "m = '" + reversed + "'[::-1]\n"
+      "m = '" +
+      reversed +
+      "'[::-1]\n"
       "found = [p for p in pids if m in open('/proc/%s/cmdline' % p).read()]\n"
       "print(len(pids), len(found), os.getpid())\n");
   kill(host_sleeper, SIGKILL);
@@ -45,12 +47,12 @@ TEST_F(Isolation, HostPathsInvisible) {
   TempDir host_dir;  // exists on the host, under /tmp
   std::string test_binary = std::filesystem::canonical("/proc/self/exe").parent_path().string();
   std::string host_shadow = ReadText("/etc/shadow");
-  Result r = Bash(
-      "for p in " + host_dir.path() + " " + state_dir() + " " + test_binary +
-          " /etc/ssh /root/.pyenv /var/lib/brig /sys/fs/cgroup/memory; do"
-          "  [ -e \"$p\" ] && echo \"VISIBLE $p\"; done;"
-          " ls -A /root | sed 's/^/ROOT /'; ls -A /home | sed 's/^/HOME /'; cat /etc/shadow",
-      {"--user", "root"});
+  Result r =
+      Bash("for p in " + host_dir.path() + " " + state_dir() + " " + test_binary +
+               " /etc/ssh /root/.pyenv /var/lib/brig /sys/fs/cgroup/memory; do"
+               "  [ -e \"$p\" ] && echo \"VISIBLE $p\"; done;"
+               " ls -A /root | sed 's/^/ROOT /'; ls -A /home | sed 's/^/HOME /'; cat /etc/shadow",
+           {"--user", "root"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.find("VISIBLE"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("HOME user\n"), r.out.find("HOME ")) << "only /home/user: " << r.out;
@@ -68,8 +70,11 @@ TEST_F(Isolation, HostPathsInvisible) {
 
 TEST_F(Isolation, TemplateIsReadOnlyAndPerSandbox) {
   std::string marker = UniqueMarker();
-  Result a = Bash("echo '" + marker + ":x:4242:4242::/:/bin/false' >> /etc/passwd && "
-                  "grep -c " + marker + " /etc/passwd", {"--user", "root"});
+  Result a = Bash("echo '" + marker +
+                      ":x:4242:4242::/:/bin/false' >> /etc/passwd && "
+                      "grep -c " +
+                      marker + " /etc/passwd",
+                  {"--user", "root"});
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_EQ(a.out, "1\n") << "the sandbox's root may change its own /etc";
   Result b = Bash("grep -c " + marker + " /etc/passwd; true");
@@ -106,7 +111,9 @@ TEST_F(Isolation, LoopbackOnlyNetwork) {
       "print(sorted(n for _, n in socket.if_nameindex()))\n"
       "s = socket.socket()\n"
       "try:\n"
-      "    s.connect(('127.0.0.1', " + std::to_string(port) + "))\n"
+      "    s.connect(('127.0.0.1', " +
+      std::to_string(port) +
+      "))\n"
       "    print('host reachable')\n"
       "except OSError as e:\n"
       "    print('refused', e.errno)\n"
@@ -167,13 +174,18 @@ TEST_F(Isolation, SeccompBlocksDangerousCalls) {
       "    ctypes.set_errno(0)\n"
       "    r = libc.syscall(nr, *[ctypes.c_long(x) for x in a])\n"
       "    return ctypes.get_errno() if r == -1 else 0\n"
-      "calls = {'io_uring_setup': (425, 1, 0), 'keyctl': (250, 0, -1), 'add_key': (248, 0, 0, 0, 0, 0),\n"
-      "  'bpf': (321, 0, 0, 0), 'perf_event_open': (298, 0, 0, -1, -1, 0), 'userfaultfd': (323, 0),\n"
+      "calls = {'io_uring_setup': (425, 1, 0), 'keyctl': (250, 0, -1), 'add_key': (248, 0, 0, 0, "
+      "0, 0),\n"
+      "  'bpf': (321, 0, 0, 0), 'perf_event_open': (298, 0, 0, -1, -1, 0), 'userfaultfd': (323, "
+      "0),\n"
       "  'unshare': (272, 0x10000000), 'setns': (308, 0, 0), 'mount': (165, 0, 0, 0, 0, 0),\n"
-      "  'umount2': (166, 0, 0), 'pivot_root': (155, 0, 0), 'chroot': (161, 0), 'open_tree': (428, 0, 0, 0),\n"
-      "  'kexec_load': (246, 0, 0, 0, 0), 'init_module': (175, 0, 0, 0), 'finit_module': (313, 0, 0, 0),\n"
+      "  'umount2': (166, 0, 0), 'pivot_root': (155, 0, 0), 'chroot': (161, 0), 'open_tree': (428, "
+      "0, 0, 0),\n"
+      "  'kexec_load': (246, 0, 0, 0, 0), 'init_module': (175, 0, 0, 0), 'finit_module': (313, 0, "
+      "0, 0),\n"
       "  'open_by_handle_at': (304, 0, 0, 0), 'name_to_handle_at': (303, 0, 0, 0, 0, 0),\n"
-      "  'clone_newuser': (56, 0x10000000 | 17, 0, 0, 0, 0), 'swapon': (167, 0, 0), 'syslog': (103, 0, 0, 0),\n"
+      "  'clone_newuser': (56, 0x10000000 | 17, 0, 0, 0, 0), 'swapon': (167, 0, 0), 'syslog': "
+      "(103, 0, 0, 0),\n"
       "  'mknod_chr': (133, 0, 0o20600, 0x0103), 'ioctl_tiocsti': (16, 0, 0x5412, 0),\n"
       "  'socket_packet': (41, 17, 3, 0), 'socket_raw': (41, 2, 3, 1), 'clone3': (435, 0, 0)}\n"
       "for name, (nr, *args) in calls.items():\n"
@@ -194,8 +206,8 @@ TEST_F(Isolation, SeccompBlocksDangerousCalls) {
 TEST_F(Isolation, CapabilitiesBounded) {
   // chown, dac_override, fowner, fsetid, kill, setgid, setuid, setpcap, net_bind_service.
   constexpr const char* kKept = "00000000000005fb";
-  Result root = Sandboxed({"/bin/grep", "-E", "^Cap(Eff|Bnd|Amb):", "/proc/self/status"},
-                          {"--user", "root"});
+  Result root =
+      Sandboxed({"/bin/grep", "-E", "^Cap(Eff|Bnd|Amb):", "/proc/self/status"}, {"--user", "root"});
   EXPECT_NE(root.out.find(std::string("CapEff:\t") + kKept), std::string::npos) << root.out;
   EXPECT_NE(root.out.find(std::string("CapBnd:\t") + kKept), std::string::npos) << root.out;
   EXPECT_NE(root.out.find("CapAmb:\t0000000000000000"), std::string::npos) << root.out;
@@ -270,18 +282,17 @@ TEST_F(Isolation, TimeoutKillsWholeTree) {
   std::string marker = UniqueMarker();
   std::string sleeper = "/usr/bin/python3 -c 'import time; time.sleep(1000)' " + marker;
   // A daemon that double-forks into its own session, a background child, and a foreground one.
-  Result r = Bash("(setsid " + sleeper + " &) ; " + sleeper + " & " + sleeper,
-                  {"--timeout", "1s"});
+  Result r = Bash("(setsid " + sleeper + " &) ; " + sleeper + " & " + sleeper, {"--timeout", "1s"});
   EXPECT_EQ(r.exit_code, 124);
   EXPECT_NE(r.err.find("timed out"), std::string::npos) << r.err;
-  EXPECT_TRUE(WaitFor([&] { return PidsWithArgument(marker).empty(); },
-                      std::chrono::seconds(2)))
+  EXPECT_TRUE(WaitFor([&] { return PidsWithArgument(marker).empty(); }, std::chrono::seconds(2)))
       << "a process of the sandbox outlived its timeout";
 }
 
 TEST_F(Isolation, EveryNamespaceIsItsOwn) {
-  Result r = Bash("for n in user mnt pid net ipc uts cgroup; do echo $n $(readlink /proc/self/ns/$n); done;"
-                  " hostname; cat /proc/self/cgroup");
+  Result r = Bash(
+      "for n in user mnt pid net ipc uts cgroup; do echo $n $(readlink /proc/self/ns/$n); done;"
+      " hostname; cat /proc/self/cgroup");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* ns : {"user", "mnt", "pid", "net", "ipc", "uts", "cgroup"}) {
     std::string host = std::filesystem::read_symlink(std::string("/proc/self/ns/") + ns).string();
@@ -292,7 +303,8 @@ TEST_F(Isolation, EveryNamespaceIsItsOwn) {
   ASSERT_GE(lines.size(), 8u);
   EXPECT_EQ(lines[7].size(), 20u) << "hostname is the sandbox id: " << lines[7];
   for (size_t i = 8; i < lines.size(); ++i) {
-    EXPECT_EQ(lines[i].substr(lines[i].rfind(':')), ":/") << "cgroup paths are rooted at the sandbox";
+    EXPECT_EQ(lines[i].substr(lines[i].rfind(':')), ":/")
+        << "cgroup paths are rooted at the sandbox";
   }
 }
 
@@ -316,7 +328,8 @@ TEST_F(Isolation, Pid1IsOutOfReach) {
       "        f(); return 'allowed'\n"
       "    except PermissionError:\n"
       "        return 'denied'\n"
-      "print(denied(lambda: open('/proc/1/environ').read()), denied(lambda: os.listdir('/proc/1/fd')),"
+      "print(denied(lambda: open('/proc/1/environ').read()), denied(lambda: "
+      "os.listdir('/proc/1/fd')),"
       " denied(lambda: open('/proc/1/mem', 'rb').read(1)))\n"
       "print('ptrace', libc.ptrace(16, 1, 0, 0), ctypes.get_errno())\n"
       "try:\n"
@@ -344,7 +357,8 @@ TEST_F(Isolation, LauncherDeathKillsSandbox) {
   std::string marker = UniqueMarker();
   pid_t brig = Spawn({BRIG_BINARY, "--state-dir", state_dir(), "run", "--", "/bin/bash", "-c",
                       "(setsid sleep 1000 &); exec /usr/bin/python3 -c 'import time; "
-                      "time.sleep(1000)' " + marker});
+                      "time.sleep(1000)' " +
+                          marker});
   ASSERT_GT(brig, 0);
   ASSERT_TRUE(WaitFor([&] { return !PidsWithArgument(marker).empty(); }));
   kill(brig, SIGKILL);

@@ -57,8 +57,8 @@ TEST_F(Residue, NoResidueAfter200Runs) {
       timed_out += r.exit_code == 124;
     } else if (i % 8 == 5) {
       // The launcher is SIGKILLed somewhere in the middle of setting up.
-      pid_t brig = Spawn({BRIG_BINARY, "--state-dir", state_dir(), "run", "--", "/bin/bash",
-                          "-c", "sleep 1000", marker});
+      pid_t brig = Spawn({BRIG_BINARY, "--state-dir", state_dir(), "run", "--", "/bin/bash", "-c",
+                          "sleep 1000", marker});
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % 8000));
       kill(brig, SIGKILL);
       waitpid(brig, nullptr, 0);

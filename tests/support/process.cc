@@ -19,7 +19,7 @@ extern char** environ;
 namespace brig::testing {
 
 Result RunProgram(const std::vector<std::string>& argv, const std::string& input,
-           std::chrono::milliseconds timeout) {
+                  std::chrono::milliseconds timeout) {
   int in[2], out[2], err[2];
   if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) return {};
   posix_spawn_file_actions_t fa;

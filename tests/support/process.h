@@ -19,7 +19,7 @@ struct Result {
 
 // Runs argv (argv[0] absolute) with `input` on stdin; kills it after `timeout`.
 Result RunProgram(const std::vector<std::string>& argv, const std::string& input = "",
-           std::chrono::milliseconds timeout = std::chrono::seconds(120));
+                  std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
 // `brig --state-dir <state_dir> run <flags...> -- <command...>`.
 Result BrigRun(const std::string& state_dir, const std::vector<std::string>& flags,

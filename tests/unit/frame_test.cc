@@ -35,7 +35,8 @@ TEST(Frame, RoundTripsSplitAnywhere) {
 TEST(Frame, HeaderIsLittleEndianAndSixteenBytes) {
   std::string bytes = Encode({MessageType::kSignal, 0x0102, 0x03040506, "{}"});
   ASSERT_EQ(bytes.size(), kHeaderSize + 2);
-  EXPECT_EQ(bytes.substr(0, 16), std::string("\x02\0\0\0\x05\0\x02\x01\x06\x05\x04\x03\0\0\0\0", 16));
+  EXPECT_EQ(bytes.substr(0, 16),
+            std::string("\x02\0\0\0\x05\0\x02\x01\x06\x05\x04\x03\0\0\0\0", 16));
 }
 
 TEST(Frame, RejectsHostileHeadersForGood) {
@@ -49,7 +50,8 @@ TEST(Frame, RejectsHostileHeadersForGood) {
   unknown[4] = '\x63';  // type 99
   std::string reserved = Encode({MessageType::kHello, 0, 0, ""});
   reserved[15] = 1;
-  for (const Case& c : {Case{too_long, "length"}, Case{unknown, "type"}, Case{reserved, "reserved"}}) {
+  for (const Case& c :
+       {Case{too_long, "length"}, Case{unknown, "type"}, Case{reserved, "reserved"}}) {
     FrameDecoder d;
     EXPECT_FALSE(d.Feed(c.bytes).ok()) << c.why;
     EXPECT_TRUE(d.failed());
