@@ -49,17 +49,7 @@ bool Exec(AgentConnection& c, const char* argv_json, MessageType until) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int iterations = 200;
-  std::string state_dir = "/tmp/brig-bench-state";
-  std::string brig = "build/brig";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--iterations"))
-      iterations = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--state-dir"))
-      state_dir = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--brig"))
-      brig = argv[i + 1];
-  }
+  const auto [iterations, state_dir, brig_binary] = brig::bench::ParseFlags(argc, argv);
   auto engine = brig::Engine::Open(state_dir);
   if (!engine.ok()) {
     std::fprintf(stderr, "%s\n", std::string(engine.status().message()).c_str());
@@ -67,7 +57,7 @@ int main(int argc, char** argv) {
   }
   brig::AgentOptions options;
   options.socket_path = state_dir + "/bench-agent.sock";
-  options.binary = brig;
+  options.binary = brig_binary;
 
   std::vector<double> create, roundtrip;
   int create_errors = 0, roundtrip_errors = 0;

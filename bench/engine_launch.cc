@@ -13,14 +13,9 @@
 #include "stats.h"
 
 int main(int argc, char** argv) {
-  int iterations = 200;
-  std::string state_dir = "/tmp/brig-bench-state";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--iterations"))
-      iterations = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--state-dir"))
-      state_dir = argv[i + 1];
-  }
+  const brig::bench::Flags flags = brig::bench::ParseFlags(argc, argv);
+  const int iterations = flags.iterations;
+  const std::string& state_dir = flags.state_dir;
   auto engine = brig::Engine::Open(state_dir);
   if (!engine.ok()) {
     std::fprintf(stderr, "%s\n", engine.status().ToString().c_str());

@@ -55,19 +55,9 @@ double TimeOnce(const std::vector<std::string>& argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int iterations = 200;
-  std::string brig = "build/brig";
-  std::string state_dir = "/tmp/brig-bench-state";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--iterations"))
-      iterations = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--brig"))
-      brig = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--state-dir"))
-      state_dir = argv[i + 1];
-  }
+  const auto [iterations, state_dir, brig_binary] = brig::bench::ParseFlags(argc, argv);
   std::vector<Peer> peers = {
-      {"brig run", {brig, "--state-dir", state_dir, "run", "--", "/bin/true"}, {}, 0},
+      {"brig run", {brig_binary, "--state-dir", state_dir, "run", "--", "/bin/true"}, {}, 0},
       {"bwrap --unshare-all",
        {"/usr/bin/bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc",
         "/proc", "/bin/true"},

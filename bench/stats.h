@@ -1,12 +1,31 @@
-// Shared by the benchmarks: percentiles of a sample and the Markdown row they print.
+// Shared by the benchmarks: their flags, percentiles of a sample and the Markdown rows printed.
 #pragma once
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
 namespace brig::bench {
+
+// --iterations N, --state-dir DIR, --brig PATH (each benchmark uses what it needs).
+struct Flags {
+  int iterations = 200;
+  std::string state_dir = "/tmp/brig-bench-state";
+  std::string brig = "build/brig";
+};
+
+inline Flags ParseFlags(int argc, char** argv) {
+  Flags flags;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--iterations")) flags.iterations = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--state-dir")) flags.state_dir = argv[i + 1];
+    if (!std::strcmp(argv[i], "--brig")) flags.brig = argv[i + 1];
+  }
+  return flags;
+}
 
 // Nearest-rank percentile (p in [0, 100]) of `values`; 0 for an empty sample.
 inline double Percentile(std::vector<double> values, double p) {
