@@ -95,6 +95,12 @@ Json ErrorBody(int code, const std::string& message) {
   return {{"code", code}, {"message", message}};
 }
 
+// The body of `exited` for a waitpid status.
+Json ExitBody(int wait_status) {
+  if (WIFEXITED(wait_status)) return {{"exit_code", WEXITSTATUS(wait_status)}};
+  return {{"signal", WTERMSIG(wait_status)}};
+}
+
 class Agent {
  public:
   absl::Status Init(int listen_fd, uint64_t open_files);
@@ -498,17 +504,13 @@ void Agent::Attach(int fd, uint32_t channel, uint64_t offset) {
     uint64_t end = chunk.offset + chunk.data.size();
     if (end <= offset) continue;
     size_t skip = offset > chunk.offset ? static_cast<size_t>(offset - chunk.offset) : 0;
-    std::string payload(8, '\0');
-    uint64_t at = chunk.offset + skip;
-    for (int i = 0; i < 8; ++i) payload[i] = static_cast<char>((at >> (8 * i)) & 0xff);
-    payload.append(chunk.data, skip, std::string::npos);
-    SendRaw(fd, {MessageType::kOutput, chunk.stream, channel, std::move(payload)});
+    SendRaw(fd, {MessageType::kOutput, chunk.stream, channel,
+                 protocol::OutputPayload(chunk.offset + skip,
+                                         absl::string_view(chunk.data).substr(skip))});
   }
   if (!connections_.count(fd)) return;
   if (p.exit_announced) {
-    Json status = WIFEXITED(p.wait_status) ? Json{{"exit_code", WEXITSTATUS(p.wait_status)}}
-                                           : Json{{"signal", WTERMSIG(p.wait_status)}};
-    Send(fd, MessageType::kExited, channel, status);
+    Send(fd, MessageType::kExited, channel, ExitBody(p.wait_status));
   } else {
     p.followers.insert(fd);
   }
@@ -522,12 +524,9 @@ void Agent::OnOutput(int pipe_fd) {
   for (;;) {
     ssize_t n = ::read(pipe_fd, buf, sizeof buf);
     if (n > 0) {
-      uint64_t offset = p.ring.end();
-      std::string data(buf, static_cast<size_t>(n));
-      std::string payload(8, '\0');
-      for (int i = 0; i < 8; ++i) payload[i] = static_cast<char>((offset >> (8 * i)) & 0xff);
-      payload += data;
-      p.ring.Append(stream, std::move(data));
+      absl::string_view data(buf, static_cast<size_t>(n));
+      std::string payload = protocol::OutputPayload(p.ring.end(), data);
+      p.ring.Append(stream, std::string(data));
       std::set<int> followers = p.followers;  // Send may drop a slow follower
       for (int fd : followers) SendRaw(fd, {MessageType::kOutput, stream, channel, payload});
       continue;
@@ -566,8 +565,7 @@ void Agent::OnSignal() {
 void Agent::MaybeAnnounceExit(Process& p) {
   if (!p.reaped || p.stdout_r || p.stderr_r || p.exit_announced) return;
   p.exit_announced = true;
-  Json status = WIFEXITED(p.wait_status) ? Json{{"exit_code", WEXITSTATUS(p.wait_status)}}
-                                         : Json{{"signal", WTERMSIG(p.wait_status)}};
+  Json status = ExitBody(p.wait_status);
   std::set<int> followers = p.followers;
   for (int fd : followers) Send(fd, MessageType::kExited, p.channel, status);
   p.followers.clear();

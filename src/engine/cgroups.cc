@@ -24,17 +24,27 @@ namespace {
 constexpr const char* kV1Required[] = {"memory", "cpu", "cpuacct", "pids"};
 constexpr const char* kV1Optional[] = {"freezer"};
 
-// Reads "key value" lines (cpu.stat, memory.events, memory.oom_control) and returns value.
-uint64_t ReadKeyedValue(const std::string& path, absl::string_view key) {
-  absl::StatusOr<std::string> content = ReadFile(path);
-  if (!content.ok()) return 0;
-  for (absl::string_view line : absl::StrSplit(*content, '\n')) {
-    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(line, ' ');
-    uint64_t value = 0;
-    if (kv.first == key && absl::SimpleAtoi(kv.second, &value)) return value;
+// Reads "key value" lines (cpu.stat, memory.events, memory.oom_control) once; missing keys
+// (or an unreadable file) read as 0.
+class KeyedValues {
+ public:
+  explicit KeyedValues(const std::string& path) {
+    absl::StatusOr<std::string> content = ReadFile(path);
+    if (!content.ok()) return;
+    for (absl::string_view line : absl::StrSplit(*content, '\n', absl::SkipEmpty())) {
+      std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(line, ' ');
+      uint64_t value = 0;
+      if (absl::SimpleAtoi(kv.second, &value)) values_[std::string(kv.first)] = value;
+    }
   }
-  return 0;
-}
+  uint64_t operator[](const std::string& key) const {
+    auto it = values_.find(key);
+    return it == values_.end() ? 0 : it->second;
+  }
+
+ private:
+  std::map<std::string, uint64_t> values_;
+};
 
 uint64_t ReadNumber(const std::string& path) {
   absl::StatusOr<std::string> content = ReadFile(path);
@@ -157,10 +167,11 @@ class CgroupV1 final : public SandboxCgroup {
     CgroupUsage u;
     u.cpu_usec = ReadNumber(dirs_.at("cpuacct") + "/cpuacct.usage") / 1000;
     u.memory_peak_bytes = ReadNumber(dirs_.at("memory") + "/memory.max_usage_in_bytes");
-    u.oom_kills = ReadKeyedValue(dirs_.at("memory") + "/memory.oom_control", "oom_kill");
+    u.oom_kills = KeyedValues(dirs_.at("memory") + "/memory.oom_control")["oom_kill"];
     if (auto cpu = dirs_.find("cpu"); cpu != dirs_.end()) {
-      u.nr_throttled = ReadKeyedValue(cpu->second + "/cpu.stat", "nr_throttled");
-      u.throttled_usec = ReadKeyedValue(cpu->second + "/cpu.stat", "throttled_time") / 1000;
+      KeyedValues stat(cpu->second + "/cpu.stat");
+      u.nr_throttled = stat["nr_throttled"];
+      u.throttled_usec = stat["throttled_time"] / 1000;
     }
     return u;
   }
@@ -231,7 +242,8 @@ class CgroupV1 final : public SandboxCgroup {
 
 class CgroupV2 final : public SandboxCgroup {
  public:
-  CgroupV2(std::string dir, UniqueFd dir_fd) : dir_(std::move(dir)), dir_fd_(std::move(dir_fd)) {}
+  CgroupV2(std::string dir, UniqueFd dir_fd, bool freezable)
+      : dir_(std::move(dir)), dir_fd_(std::move(dir_fd)), freezable_(freezable) {}
   ~CgroupV2() override { (void)Remove(); }
 
   absl::Status Attach(pid_t pid) override {
@@ -249,11 +261,12 @@ class CgroupV2 final : public SandboxCgroup {
 
   absl::StatusOr<CgroupUsage> ReadUsage() const override {
     CgroupUsage u;
-    u.cpu_usec = ReadKeyedValue(dir_ + "/cpu.stat", "usage_usec");
-    u.nr_throttled = ReadKeyedValue(dir_ + "/cpu.stat", "nr_throttled");
-    u.throttled_usec = ReadKeyedValue(dir_ + "/cpu.stat", "throttled_usec");
+    KeyedValues stat(dir_ + "/cpu.stat");
+    u.cpu_usec = stat["usage_usec"];
+    u.nr_throttled = stat["nr_throttled"];
+    u.throttled_usec = stat["throttled_usec"];
     u.memory_peak_bytes = ReadNumber(dir_ + "/memory.peak");
-    u.oom_kills = ReadKeyedValue(dir_ + "/memory.events", "oom_kill");
+    u.oom_kills = KeyedValues(dir_ + "/memory.events")["oom_kill"];
     return u;
   }
 
@@ -270,7 +283,13 @@ class CgroupV2 final : public SandboxCgroup {
     dir_fd_.reset();
   }
 
-  absl::Status Freeze(bool frozen) override { return FreezeV2(dir_, frozen); }
+  absl::Status Freeze(bool frozen) override {
+    // Same contract as v1, where only freezable sandboxes have a freezer.
+    if (!freezable_) {
+      return absl::FailedPreconditionError("this sandbox's cgroup was not made freezable");
+    }
+    return FreezeV2(dir_, frozen);
+  }
 
   std::vector<std::string> Paths() const override { return {dir_}; }
 
@@ -296,6 +315,7 @@ class CgroupV2 final : public SandboxCgroup {
  private:
   std::string dir_;
   UniqueFd dir_fd_;
+  bool freezable_;
   bool removed_ = false;
 };
 
@@ -436,7 +456,7 @@ absl::StatusOr<std::unique_ptr<SandboxCgroup>> CgroupHost::Create(const std::str
       ::rmdir(dir.c_str());
       return fd.status();
     }
-    auto cgroup = std::make_unique<CgroupV2>(dir, std::move(*fd));
+    auto cgroup = std::make_unique<CgroupV2>(dir, std::move(*fd), freezable);
     BRIG_RETURN_IF_ERROR(cgroup->ApplyLimits(limits));  // the destructor removes on error
     return cgroup;
   }
@@ -478,7 +498,7 @@ absl::StatusOr<std::unique_ptr<SandboxCgroup>> CgroupHost::Open(const std::strin
   if (mode_ == Mode::kV2) {
     std::string dir = v2_dir_ + "/" + name;
     BRIG_ASSIGN_OR_RETURN(UniqueFd fd, OpenFd(dir, O_RDONLY | O_DIRECTORY));
-    return std::unique_ptr<SandboxCgroup>(new CgroupV2(dir, std::move(fd)));
+    return std::unique_ptr<SandboxCgroup>(new CgroupV2(dir, std::move(fd), /*freezable=*/true));
   }
   std::map<std::string, std::string> dirs;
   for (const auto& [controller, own] : v1_dirs_) {

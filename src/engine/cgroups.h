@@ -78,8 +78,9 @@ class CgroupHost {
   // kill does not depend on them: the sandbox's PID namespace dies with its PID 1.
   absl::StatusOr<std::unique_ptr<SandboxCgroup>> Create(const std::string& name,
                                                         const Limits& limits, bool freezable) const;
-  // The existing cgroup `<own cgroup>/<name>`, as Create made it (for a launcher taking a
-  // sandbox over from an earlier one). NotFound when it does not exist.
+  // The existing cgroup `<own cgroup>/<name>` of a long-lived (freezable) sandbox, as Create
+  // made it, for a launcher taking the sandbox over from an earlier one. NotFound when it does
+  // not exist.
   absl::StatusOr<std::unique_ptr<SandboxCgroup>> Open(const std::string& name) const;
   // The directories under which Create() makes sandbox cgroups (one per hierarchy).
   std::vector<std::string> ParentDirs() const;

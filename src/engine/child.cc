@@ -19,8 +19,6 @@
 namespace brig {
 namespace {
 
-constexpr int kSetupFailedExit = 125;  // as RunCommand
-
 // Closes every descriptor from 3 up except those in `keep` (-1 entries are ignored).
 void CloseAllBut(const int (&keep)[7]) {
   int sorted[7];

@@ -20,8 +20,6 @@
 namespace brig {
 namespace {
 
-constexpr int kSetupFailed = 125;
-
 // execvp's search, done here so the restricted zone only has to try paths.
 std::vector<std::string> ExecCandidates(const std::string& command,
                                         const std::vector<std::string>& env) {
@@ -84,6 +82,14 @@ pid_t SpawnCommand(const CommandPlan& plan, int report_fd) {
   return pid;
 }
 
+std::vector<char*> ExecVector(std::vector<std::string>& storage) {
+  std::vector<char*> views;
+  views.reserve(storage.size() + 1);
+  for (std::string& s : storage) views.push_back(s.data());
+  views.push_back(nullptr);
+  return views;
+}
+
 void MakeCommandPlan(const ProcessSpec& process, const std::string& hostname, uint64_t open_files,
                      CommandPlan& c) {
   UserIdentity who = IdentityOf(process.user);
@@ -97,12 +103,8 @@ void MakeCommandPlan(const ProcessSpec& process, const std::string& hostname, ui
   c.argv_storage = process.argv;
   c.env_storage = BuildEnvironment(process, hostname);
   c.candidates = ExecCandidates(process.argv[0], c.env_storage);
-  c.argv.clear();
-  for (std::string& a : c.argv_storage) c.argv.push_back(a.data());
-  c.argv.push_back(nullptr);
-  c.envp.clear();
-  for (std::string& e : c.env_storage) c.envp.push_back(e.data());
-  c.envp.push_back(nullptr);
+  c.argv = ExecVector(c.argv_storage);
+  c.envp = ExecVector(c.env_storage);
   absl::Span<const sock_filter> program = SandboxFilter();
   c.seccomp.len = static_cast<unsigned short>(program.size());
   c.seccomp.filter = const_cast<sock_filter*>(program.data());  // the kernel only reads it
@@ -114,7 +116,7 @@ void MakeCommandPlan(const ProcessSpec& process, const std::string& hostname, ui
     SendReport(report_fd,
                {step == Step::kExec ? ChildReport::kExecFailed : ChildReport::kSetupFailed,
                 static_cast<int32_t>(r.step), r.error, 0});
-    ::_exit(step == Step::kExec ? (r.error == ENOENT ? 127 : 126) : kSetupFailed);
+    ::_exit(step == Step::kExec ? (r.error == ENOENT ? 127 : 126) : kSetupFailedExit);
   };
   for (int n = 0; n < 3; ++n) {
     if (c.stdio[n] >= 0 && ::dup2(c.stdio[n], n) < 0) fail(Step::kStdio);
@@ -138,7 +140,7 @@ void MakeCommandPlan(const ProcessSpec& process, const std::string& hostname, ui
   if (LoadFilter(c.seccomp) != 0) fail(Step::kSeccomp);
   ExecCommand(c);
   fail(Step::kExec);
-  ::_exit(kSetupFailed);  // not reached
+  ::_exit(kSetupFailedExit);  // not reached
 }
 
 }  // namespace brig

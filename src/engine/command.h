@@ -36,6 +36,9 @@ struct CommandPlan {
   sock_fprog seccomp = {};   // points at SandboxFilter()
 };
 
+// NULL-terminated pointers into `storage`, for execve; valid while `storage` is unchanged.
+std::vector<char*> ExecVector(std::vector<std::string>& storage);
+
 // Fills `plan` for `process` in a sandbox named `hostname`, then points its views at its own
 // storage: `plan` must stay where it is until the command has exec'd.
 void MakeCommandPlan(const ProcessSpec& process, const std::string& hostname, uint64_t open_files,

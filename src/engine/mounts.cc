@@ -41,6 +41,19 @@ constexpr const char* kDevLinks[][2] = {
 constexpr const char* kMaskedProc[] = {
     "kcore", "sysrq-trigger", "timer_list", "sched_debug", "latency_stats", "kallsyms", "keys"};
 
+// The entries of kMaskedProc this kernel has. A sandbox's procfs has the same entries as the
+// host's (same kernel), so the host's is asked, once per process.
+const std::vector<const char*>& MaskedProcEntries() {
+  static const std::vector<const char*> present = [] {
+    std::vector<const char*> out;
+    for (const char* entry : kMaskedProc) {
+      if (::access((std::string("/proc/") + entry).c_str(), F_OK) == 0) out.push_back(entry);
+    }
+    return out;
+  }();
+  return present;
+}
+
 // Restricted-zone path join into a caller's buffer; no allocation.
 bool Join(char* out, size_t cap, const char* a, const char* b) {
   size_t la = RawStrlen(a), lb = RawStrlen(b);
@@ -157,12 +170,7 @@ RootfsPlan MakeRootfsPlan(const std::string& scratch_dir, uint64_t disk_bytes,
   p.root_usr = p.root + "/usr";
   p.root_proc = p.root + "/proc";
   p.root_proc_sys = p.root_proc + "/sys";
-  // The sandbox's procfs has the same entries as the host's (same kernel): look them up here.
-  for (const char* entry : kMaskedProc) {
-    if (::access((std::string("/proc/") + entry).c_str(), F_OK) == 0) {
-      p.masked_proc.push_back(p.root_proc + "/" + entry);
-    }
-  }
+  for (const char* entry : MaskedProcEntries()) p.masked_proc.push_back(p.root_proc + "/" + entry);
   p.root_dev = p.root + "/dev";
   p.root_dev_pts = p.root_dev + "/pts";
   p.root_dev_shm = p.root_dev + "/shm";

@@ -57,6 +57,10 @@ struct StepResult {
 inline StepResult Ok() { return {}; }
 inline StepResult Failed(Step step) { return {step, errno != 0 ? errno : EINVAL}; }
 
+// The exit code of a sandbox process that failed a set-up step (also what `brig run` exits
+// with for its own errors).
+inline constexpr int kSetupFailedExit = 125;
+
 // What a sandbox's PID 1 tells its launcher, one SOCK_SEQPACKET message each.
 struct ChildReport {
   enum Kind : int32_t { kSetupFailed = 1, kExecFailed = 2, kCommandExited = 3 };

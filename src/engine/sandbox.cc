@@ -173,10 +173,8 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Engine::LaunchAgent(SandboxSpec spec,
   plan->agent_env_storage = {absl::StrCat("BRIG_AGENT_FD=", listener.get()),
                              absl::StrCat("BRIG_OPEN_FILES=", spec.limits.open_files),
                              "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"};
-  for (std::string& a : plan->agent_argv_storage) plan->agent_argv.push_back(a.data());
-  plan->agent_argv.push_back(nullptr);
-  for (std::string& e : plan->agent_env_storage) plan->agent_envp.push_back(e.data());
-  plan->agent_envp.push_back(nullptr);
+  plan->agent_argv = ExecVector(plan->agent_argv_storage);
+  plan->agent_envp = ExecVector(plan->agent_env_storage);
   std::string socket_path = agent.socket_path;
   Mode mode = {LongLivedCgroupName(spec.id), /*freezable=*/true,
                [&](Sandbox&) { return absl::OkStatus(); }};

@@ -22,6 +22,7 @@
 #include "base/status.h"
 #include "base/unique_fd.h"
 #include "engine/cgroups.h"
+#include "engine/restricted.h"
 #include "engine/spec.h"
 #include "engine/userns.h"
 
@@ -40,7 +41,7 @@ struct RunOutcome {
 
 // Exit codes `brig run` uses besides the command's own (docs/architecture.md).
 inline constexpr int kExitTimedOut = 124;
-inline constexpr int kExitBrigError = 125;
+inline constexpr int kExitBrigError = kSetupFailedExit;
 inline constexpr int kExitNotExecutable = 126;
 inline constexpr int kExitNotFound = 127;
 inline constexpr int kExitOutOfMemory = 123;

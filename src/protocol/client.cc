@@ -56,17 +56,4 @@ std::optional<Message> AgentConnection::Next(std::chrono::milliseconds timeout) 
   }
 }
 
-uint64_t OutputOffset(const Message& output) {
-  uint64_t offset = 0;
-  for (int i = 7; i >= 0 && output.payload.size() >= 8; --i) {
-    offset = (offset << 8) | static_cast<unsigned char>(output.payload[i]);
-  }
-  return offset;
-}
-
-absl::string_view OutputBytes(const Message& output) {
-  return output.payload.size() < 8 ? absl::string_view()
-                                   : absl::string_view(output.payload).substr(8);
-}
-
 }  // namespace brig::protocol

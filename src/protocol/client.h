@@ -30,8 +30,4 @@ class AgentConnection {
   FrameDecoder decoder_;
 };
 
-// The byte offset an `output` message's payload starts with, and the bytes after it.
-uint64_t OutputOffset(const Message& output);
-absl::string_view OutputBytes(const Message& output);
-
 }  // namespace brig::protocol

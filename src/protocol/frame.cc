@@ -19,6 +19,23 @@ uint64_t GetLe(const char* p, int bytes) {
 
 bool IsKnownType(uint16_t type) { return (type >= 1 && type <= 8) || (type >= 100 && type <= 106); }
 
+std::string OutputPayload(uint64_t offset, absl::string_view bytes) {
+  std::string payload;
+  payload.reserve(8 + bytes.size());
+  PutLe(payload, offset, 8);
+  payload.append(bytes.data(), bytes.size());
+  return payload;
+}
+
+uint64_t OutputOffset(const Message& output) {
+  return output.payload.size() < 8 ? 0 : GetLe(output.payload.data(), 8);
+}
+
+absl::string_view OutputBytes(const Message& output) {
+  return output.payload.size() < 8 ? absl::string_view()
+                                   : absl::string_view(output.payload).substr(8);
+}
+
 std::string Encode(const Message& message) {
   std::string out;
   out.reserve(kHeaderSize + message.payload.size());

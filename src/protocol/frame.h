@@ -76,4 +76,9 @@ class FrameDecoder {
 
 bool IsKnownType(uint16_t type);
 
+// An `output` message's payload: its first byte's offset (8 bytes, little-endian), then bytes.
+std::string OutputPayload(uint64_t offset, absl::string_view bytes);
+uint64_t OutputOffset(const Message& output);
+absl::string_view OutputBytes(const Message& output);
+
 }  // namespace brig::protocol

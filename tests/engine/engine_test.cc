@@ -104,10 +104,8 @@ TEST_F(EngineTest, OneShotSandboxesCannotBePaused) {
   auto sandbox = engine_->Launch({}, Command({"/bin/sleep", "10"}));
   ASSERT_TRUE(sandbox.ok());
   absl::Status paused = (*sandbox)->Pause();
-  if (engine_->cgroups().mode() == CgroupHost::Mode::kV1) {
-    EXPECT_EQ(paused.code(), absl::StatusCode::kFailedPrecondition) << paused;
-    EXPECT_FALSE((*sandbox)->paused());
-  }
+  EXPECT_EQ(paused.code(), absl::StatusCode::kFailedPrecondition) << paused;
+  EXPECT_FALSE((*sandbox)->paused());
   ASSERT_TRUE((*sandbox)->Kill().ok());
   EXPECT_EQ((*sandbox)->Wait().kind, RunOutcome::Kind::kSignaled);
 }
