@@ -15,7 +15,10 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <algorithm>
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -81,6 +84,9 @@ struct Process {
   OutputRing ring;
   bool reaped = false;
   int wait_status = 0;
+  // exec's "timeout_ms": when it passes, the process group is killed.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  bool timed_out = false;
   bool exit_announced = false;
   std::set<int> followers;  // connection fds
 };
@@ -95,10 +101,16 @@ Json ErrorBody(int code, const std::string& message) {
   return {{"code", code}, {"message", message}};
 }
 
-// The body of `exited` for a waitpid status.
-Json ExitBody(int wait_status) {
-  if (WIFEXITED(wait_status)) return {{"exit_code", WEXITSTATUS(wait_status)}};
-  return {{"signal", WTERMSIG(wait_status)}};
+// The body of `exited` for a reaped process.
+Json ExitBody(const Process& p) {
+  Json body = Json::object();
+  if (WIFEXITED(p.wait_status)) {
+    body["exit_code"] = WEXITSTATUS(p.wait_status);
+  } else {
+    body["signal"] = WTERMSIG(p.wait_status);
+  }
+  if (p.timed_out) body["timed_out"] = true;
+  return body;
 }
 
 class Agent {
@@ -121,10 +133,13 @@ class Agent {
   absl::Status MakePipes(Process& p, UniqueFd (&child_ends)[3]);
   absl::Status MakeTerminal(const Json& size, const ProcessSpec& spec, Process& p,
                             UniqueFd (&child_ends)[3]);
-  void Attach(int fd, uint32_t channel, uint64_t offset);
+  void Attach(int fd, uint32_t channel, uint64_t offset, bool follow);
   void OnOutput(int pipe_fd);
   void OnSignal();
   void MaybeAnnounceExit(Process& p);
+  // Kills the process groups whose timeout passed; returns how long until the next one
+  // (epoll_wait's timeout, -1 for none).
+  int EnforceTimeouts();
   Process* Find(uint32_t channel);
 
   UniqueFd epoll_, listen_, signals_;
@@ -173,7 +188,7 @@ void Agent::Watch(int fd, uint32_t events) {
 void Agent::Run() {
   epoll_event events[64];
   for (;;) {
-    int n = ::epoll_wait(epoll_.get(), events, 64, -1);
+    int n = ::epoll_wait(epoll_.get(), events, 64, EnforceTimeouts());
     for (int i = 0; i < n; ++i) {
       int fd = events[i].data.fd;
       if (fd == listen_.get()) {
@@ -295,11 +310,13 @@ void Agent::Dispatch(int fd, Message m) {
     case MessageType::kList: {
       Json list = Json::array();
       for (auto& [channel, proc] : processes_) {
-        list.push_back({{"channel", channel},
-                        {"pid", proc->pid},
-                        {"argv", proc->argv},
-                        {"running", !proc->reaped},
-                        {"tag", proc->tag}});
+        Json entry = {{"channel", channel},
+                      {"pid", proc->pid},
+                      {"argv", proc->argv},
+                      {"running", !proc->reaped},
+                      {"tag", proc->tag}};
+        if (proc->reaped) entry.update(ExitBody(*proc));
+        list.push_back(std::move(entry));
       }
       Send(fd, MessageType::kProcessList, 0, {{"processes", list}});
       return;
@@ -345,7 +362,8 @@ void Agent::Dispatch(int fd, Message m) {
     }
     case MessageType::kAttach: {
       const Json& offset = body["offset"];
-      Attach(fd, m.channel, offset.is_number_unsigned() ? offset.get<uint64_t>() : 0);
+      Attach(fd, m.channel, offset.is_number_unsigned() ? offset.get<uint64_t>() : 0,
+             body.value("follow", true));
       return;
     }
     default:
@@ -378,6 +396,15 @@ void Agent::Exec(int fd, const Json& request) {
     }
   }
   spec.workdir = request.value("cwd", "");
+  std::optional<std::chrono::milliseconds> timeout;
+  if (request.contains("timeout_ms")) {
+    const Json& ms = request["timeout_ms"];
+    if (!ms.is_number_unsigned() || ms.get<uint64_t>() > (uint64_t{1} << 40)) {
+      Send(fd, MessageType::kError, 0, ErrorBody(400, "timeout_ms must be a count of ms"));
+      return;
+    }
+    if (ms.get<uint64_t>() > 0) timeout = std::chrono::milliseconds(ms.get<uint64_t>());
+  }
   std::string user = request.value("user", "user");
   if (user != "user" && user != "root") {
     Send(fd, MessageType::kError, 0, ErrorBody(400, "user must be \"user\" or \"root\""));
@@ -420,6 +447,7 @@ void Agent::Exec(int fd, const Json& request) {
   p->pid = pid;
   p->tag = tag;
   p->argv = spec.argv;
+  if (timeout) p->deadline = std::chrono::steady_clock::now() + *timeout;
   p->followers.insert(fd);
   uint32_t channel = p->channel;
   if (failed) {
@@ -494,7 +522,7 @@ absl::Status Agent::MakeTerminal(const Json& size, const ProcessSpec& spec, Proc
   return absl::OkStatus();
 }
 
-void Agent::Attach(int fd, uint32_t channel, uint64_t offset) {
+void Agent::Attach(int fd, uint32_t channel, uint64_t offset, bool follow) {
   Process& p = *processes_[channel];
   if (offset < p.ring.start()) {
     Send(fd, MessageType::kTruncated, channel, {{"from", offset}, {"to", p.ring.start()}});
@@ -510,9 +538,11 @@ void Agent::Attach(int fd, uint32_t channel, uint64_t offset) {
   }
   if (!connections_.count(fd)) return;
   if (p.exit_announced) {
-    Send(fd, MessageType::kExited, channel, ExitBody(p.wait_status));
-  } else {
+    Send(fd, MessageType::kExited, channel, ExitBody(p));
+  } else if (follow) {
     p.followers.insert(fd);
+  } else {
+    Send(fd, MessageType::kCaughtUp, channel, {{"offset", p.ring.end()}});
   }
 }
 
@@ -565,7 +595,7 @@ void Agent::OnSignal() {
 void Agent::MaybeAnnounceExit(Process& p) {
   if (!p.reaped || p.stdout_r || p.stderr_r || p.exit_announced) return;
   p.exit_announced = true;
-  Json status = ExitBody(p.wait_status);
+  Json status = ExitBody(p);
   std::set<int> followers = p.followers;
   for (int fd : followers) Send(fd, MessageType::kExited, p.channel, status);
   p.followers.clear();
@@ -575,6 +605,25 @@ void Agent::MaybeAnnounceExit(Process& p) {
     processes_.erase(exited_.front());
     exited_.pop_front();
   }
+}
+
+int Agent::EnforceTimeouts() {
+  auto now = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::duration> next;
+  for (auto& [channel, p] : processes_) {
+    if (!p->deadline || p->reaped) continue;
+    if (*p->deadline <= now) {
+      // The command leads its own session and process group (RunCommand's setsid).
+      ::kill(-p->pid, SIGKILL);
+      p->timed_out = true;
+      p->deadline.reset();
+    } else if (!next || *p->deadline - now < *next) {
+      next = *p->deadline - now;
+    }
+  }
+  if (!next) return -1;
+  return static_cast<int>(
+      std::min<int64_t>(std::chrono::ceil<std::chrono::milliseconds>(*next).count(), 1 << 30));
 }
 
 }  // namespace

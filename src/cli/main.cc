@@ -1,4 +1,4 @@
-// brig: one executable for the CLI (and, later, the daemon and the in-sandbox agent).
+// brig: one executable for the CLI, the daemon (`brig serve`) and the in-sandbox agent.
 #include <cstdio>
 #include <set>
 #include <string>
@@ -10,22 +10,29 @@
 
 namespace {
 
-// The index of the "--" that ends `run`'s flags, or -1. Scanning stops at the first argument
-// that is neither a flag nor a flag's value: that is where the command starts.
+// The index of the "--" that ends the flags of `run` or `exec`, or -1. Scanning stops at the
+// first argument that is neither a flag nor a flag's value (nor exec's sandbox id): that is
+// where the command starts.
 int FindCommandSeparator(int argc, char** argv) {
   static const std::set<std::string> kTakesValue = {
-      "--state-dir", "--memory",  "--cpus", "--pids", "--disk", "--timeout",   "--env",
-      "-e",          "--workdir", "-w",     "--user", "-u",     "--stats-file"};
-  bool in_run = false;
+      "--state-dir", "--url",     "--api-key", "--memory", "--cpus", "--pids",
+      "--disk",      "--timeout", "--env",     "-e",       "--workdir", "-w",
+      "--user",      "-u",        "--stats-file"};
+  std::string subcommand;
+  int positionals = 0;  // exec takes the sandbox id before the command
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "--") return in_run ? i : -1;
+    if (arg == "--") return subcommand.empty() ? -1 : i;
     if (arg.rfind("-", 0) == 0) {
       if (kTakesValue.count(arg)) ++i;
       continue;
     }
-    if (in_run || arg != "run") return -1;
-    in_run = true;
+    if (subcommand.empty() && (arg == "run" || arg == "exec")) {
+      subcommand = arg;
+      continue;
+    }
+    if (subcommand == "exec" && positionals++ == 0) continue;
+    return -1;
   }
   return -1;
 }
@@ -53,6 +60,66 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--stats-file", run.stats_file, "write resource usage as JSON to this file");
   // Everything from the first positional argument on (or after "--") is the command.
   run_cmd->prefix_command();
+
+  run_cmd->add_flag("--remote", run.remote,
+                    "run through brig serve (a sandbox created and killed for this command)");
+
+  brig::RemoteFlags remote;
+  app.add_option("--url", remote.url, "brig serve's URL (default $BRIG_URL, or the state dir's)");
+  app.add_option("--api-key", remote.api_key,
+                 "API key (default $BRIG_API_KEY, or <state dir>/api-key)");
+
+  brig::ServeFlags serve;
+  CLI::App* serve_cmd = app.add_subcommand("serve", "run the daemon: the HTTP API");
+  serve_cmd->add_option("--listen", serve.listen, "HOST:PORT to listen on")
+      ->capture_default_str();
+
+  brig::CreateFlags create;
+  CLI::App* create_cmd = app.add_subcommand("create", "create a long-lived sandbox");
+  create_cmd->add_option("--template", create.template_name, "template")->capture_default_str();
+  create_cmd->add_option("--name", create.name, "name: create-or-get by this name");
+  create_cmd->add_option("--cpus", create.cpus, "CPU quota in cores (default: unlimited)");
+  create_cmd->add_option("--memory", create.memory, "memory limit")->capture_default_str();
+  create_cmd->add_option("--disk", create.disk, "writable layer size")->capture_default_str();
+  create_cmd->add_option("--pids", create.pids, "maximum processes")->capture_default_str();
+  create_cmd->add_option("--timeout", create.timeout, "lifetime")->capture_default_str();
+  create_cmd->add_option("--env,-e", create.env, "environment for every command, K=V");
+  create_cmd->add_option("--meta", create.metadata, "metadata, K=V");
+  create_cmd->add_flag("--json", remote.json, "print the sandbox as JSON");
+
+  brig::ListFlags list;
+  CLI::App* ls_cmd = app.add_subcommand("ls", "list sandboxes, newest first");
+  ls_cmd->add_option("--state", list.state, "only these states, e.g. running,paused");
+  ls_cmd->add_option("--meta", list.metadata, "only with this metadata, K=V");
+  ls_cmd->add_flag("--json", remote.json, "print JSON");
+
+  brig::ExecFlags exec;
+  CLI::App* exec_cmd = app.add_subcommand("exec", "run a command in a sandbox: exec ID -- CMD");
+  exec_cmd->add_option("--env,-e", exec.env, "set an environment variable, K=V");
+  exec_cmd->add_option("--workdir,-w", exec.workdir, "working directory");
+  exec_cmd->add_option("--user,-u", exec.user, "user or root");
+  exec_cmd->add_option("--timeout", exec.timeout, "kill the command after this long, e.g. 10s");
+  exec_cmd->add_flag("--background", exec.background, "start it and print its pid");
+  exec_cmd->add_flag("--json", remote.json, "print JSON (with --background)");
+  exec_cmd->prefix_command();
+
+  std::string kill_id;
+  CLI::App* kill_cmd = app.add_subcommand("kill", "kill a sandbox");
+  kill_cmd->add_option("id", kill_id, "sandbox id")->required();
+
+  std::string timeout_id, timeout_value;
+  CLI::App* timeout_cmd =
+      app.add_subcommand("timeout", "set a sandbox's remaining lifetime: timeout ID SECONDS");
+  timeout_cmd->add_option("id", timeout_id, "sandbox id")->required();
+  timeout_cmd->add_option("seconds", timeout_value, "seconds (or 5m, 1h...)")->required();
+  timeout_cmd->add_flag("--json", remote.json, "print the sandbox as JSON");
+
+  brig::LogsFlags logs;
+  CLI::App* logs_cmd = app.add_subcommand("logs", "print a process's output: logs ID PID");
+  logs_cmd->add_option("id", logs.id, "sandbox id")->required();
+  logs_cmd->add_option("pid", logs.pid, "process id (in the sandbox)")->required();
+  logs_cmd->add_option("--offset", logs.offset, "start at this byte of its output");
+  logs_cmd->add_flag("--follow,-f", logs.follow, "keep printing until it exits");
 
   app.add_subcommand("gc", "remove what crashed one-shot runs left behind");
   // PID 1 of long-lived sandboxes (started by the engine, not by people): hidden.
@@ -84,8 +151,30 @@ int main(int argc, char** argv) {
       return brig::kExitBrigError;
     }
     run.command.insert(run.command.end(), after_dashes.begin(), after_dashes.end());
+    if (run.remote) return brig::RemoteRunCommand(remote, run);
     return brig::RunCommand(run);
   }
+  remote.state_dir = state_dir;
+  if (exec_cmd->parsed()) {
+    std::vector<std::string> rest = exec_cmd->remaining();
+    if (rest.empty()) {
+      std::fprintf(stderr, "brig: exec needs a sandbox id: brig exec ID -- CMD ARGS\n");
+      return brig::kExitBrigError;
+    }
+    exec.id = rest.front();
+    exec.command.assign(rest.begin() + 1, rest.end());
+    exec.command.insert(exec.command.end(), after_dashes.begin(), after_dashes.end());
+    return brig::ExecCommand(remote, exec);
+  }
+  if (serve_cmd->parsed()) {
+    serve.state_dir = state_dir;
+    return brig::ServeCommand(serve);
+  }
+  if (create_cmd->parsed()) return brig::CreateCommand(remote, create);
+  if (ls_cmd->parsed()) return brig::ListCommand(remote, list);
+  if (kill_cmd->parsed()) return brig::KillCommand(remote, kill_id);
+  if (timeout_cmd->parsed()) return brig::TimeoutCommand(remote, timeout_id, timeout_value);
+  if (logs_cmd->parsed()) return brig::LogsCommand(remote, logs);
   if (app.got_subcommand("gc")) return brig::GcCommand(state_dir);
   if (app.got_subcommand("agent")) return brig::AgentMain();
   if (app.got_subcommand("check")) return brig::CheckCommand(state_dir);

@@ -274,6 +274,15 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Engine::Adopt(const std::string& id, pi
   return sandbox;
 }
 
+absl::Status Engine::Discard(const std::string& id, const std::string& agent_socket) const {
+  ::unlink(agent_socket.c_str());
+  const std::string name = LongLivedCgroupName(id);
+  absl::StatusOr<std::unique_ptr<SandboxCgroup>> cgroup = cgroups_.Open(name);
+  if (!cgroup.ok()) return cgroups_.RemoveStale(name);
+  (void)(*cgroup)->Freeze(false);  // frozen tasks act on SIGKILL only once thawed
+  return (*cgroup)->Remove();
+}
+
 absl::Status Engine::SweepStale() const {
   absl::Status first;
   for (const std::string& parent : cgroups_.ParentDirs()) {
@@ -368,59 +377,75 @@ void Sandbox::HandleReport(const ChildReport& report) {
   }
 }
 
-RunOutcome Sandbox::Wait(int forward_signals_fd) {
-  bool timed_out = false;
-  bool out_of_memory = false;
-  siginfo_t init_info = {};
+void Sandbox::WaitStep(int forward_signals_fd, int timeout_ms) {
   pollfd fds[4] = {{pidfd_.get(), POLLIN, 0},
-                   {control_.get(), POLLIN, 0},
+                   {control_ ? control_.get() : -1, POLLIN, 0},
                    {forward_signals_fd, POLLIN, 0},
-                   {oom_.get(), POLLIN, 0}};
-  auto drain_reports = [&] {
-    ChildReport report;
-    while (::recv(control_.get(), &report, sizeof report, MSG_DONTWAIT) == sizeof report) {
-      HandleReport(report);
+                   {out_of_memory_ ? -1 : oom_.get(), POLLIN, 0}};
+  int n = ::poll(fds, 4, timeout_ms);
+  if (n < 0 && errno != EINTR) {
+    reaped_ = true;  // cannot wait any more; the destructor's waitid still reaps
+    return;
+  }
+  if (fds[1].revents != 0) {
+    DrainReports();
+    if (fds[1].revents & (POLLHUP | POLLERR)) control_.reset();
+  }
+  if (fds[2].revents & POLLIN) {
+    signalfd_siginfo si;
+    if (::read(forward_signals_fd, &si, sizeof si) == sizeof si) {
+      (void)Signal(static_cast<int>(si.ssi_signo));
     }
-  };
+  }
+  if (fds[3].revents & POLLIN) {
+    // A memory limit breach ends the whole sandbox, not just the process the kernel chose.
+    out_of_memory_ = true;
+    (void)Kill();
+  }
+  if (fds[0].revents & POLLIN) {
+    // An adopted PID 1 is not this process's child (ECHILD): its parent reaps it.
+    if (::waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &init_info_, WEXITED) == 0 ||
+        errno == ECHILD) {
+      reaped_ = true;
+    }
+  }
+}
+
+void Sandbox::DrainReports() {
+  ChildReport report;
+  while (control_ &&
+         ::recv(control_.get(), &report, sizeof report, MSG_DONTWAIT) == sizeof report) {
+    HandleReport(report);
+  }
+}
+
+std::optional<RunOutcome> Sandbox::Poll() {
+  if (!reaped_) WaitStep(-1, 0);
+  if (!reaped_) return std::nullopt;
+  return Finish();
+}
+
+RunOutcome Sandbox::Wait(int forward_signals_fd) {
   while (!reaped_) {
     int timeout_ms = -1;
-    if (deadline_ && !timed_out && !paused_since_) {
+    if (deadline_ && !timed_out_ && !paused_since_) {
       auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline_ - Clock::now());
       if (left.count() <= 0) {
-        timed_out = true;
+        timed_out_ = true;
         (void)Kill();
         continue;
       }
       timeout_ms = static_cast<int>(std::min<int64_t>(left.count(), 1 << 30));
     }
-    int n = ::poll(fds, 4, timeout_ms);
-    if (n < 0 && errno != EINTR) break;
-    if (fds[1].revents != 0) {
-      drain_reports();
-      if (fds[1].revents & (POLLHUP | POLLERR)) fds[1].fd = -1;
-    }
-    if (fds[2].revents & POLLIN) {
-      signalfd_siginfo si;
-      if (::read(forward_signals_fd, &si, sizeof si) == sizeof si) {
-        (void)Signal(static_cast<int>(si.ssi_signo));
-      }
-    }
-    if ((fds[3].revents & POLLIN) && !out_of_memory) {
-      // A memory limit breach ends the whole sandbox, not just the process the kernel chose.
-      out_of_memory = true;
-      fds[3].fd = -1;
-      (void)Kill();
-    }
-    if (fds[0].revents & POLLIN) {
-      // An adopted PID 1 is not this process's child (ECHILD): its parent reaps it.
-      if (::waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &init_info, WEXITED) == 0 ||
-          errno == ECHILD) {
-        reaped_ = true;
-      }
-    }
+    WaitStep(forward_signals_fd, timeout_ms);
   }
-  drain_reports();
+  return Finish();
+}
 
+RunOutcome Sandbox::Finish() {
+  DrainReports();
+  const bool timed_out = timed_out_, out_of_memory = out_of_memory_;
+  const siginfo_t& init_info = init_info_;
   RunOutcome out;
   out.wall = Clock::now() - started_;
   if (absl::StatusOr<CgroupUsage> usage = cgroup_->ReadUsage(); usage.ok()) out.usage = *usage;

@@ -11,8 +11,10 @@
 // is driven by one thread at a time.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -74,6 +76,11 @@ class Engine {
   absl::StatusOr<std::unique_ptr<Sandbox>> Adopt(const std::string& id, pid_t pid,
                                                  const std::string& agent_socket) const;
 
+  // Removes what is left of a long-lived sandbox whose PID 1 is gone, or whose launch never
+  // finished: whatever still runs in its cgroup (thawed first) is killed, the cgroup removed,
+  // and its agent socket unlinked.
+  absl::Status Discard(const std::string& id, const std::string& agent_socket) const;
+
   // Removes cgroups of one-shot sandboxes whose launcher died without cleaning up.
   absl::Status SweepStale() const;
 
@@ -129,10 +136,24 @@ class Sandbox {
   // `forward_signals_fd` is a signalfd, signals read from it are forwarded with Signal().
   RunOutcome Wait(int forward_signals_fd = -1);
 
+  // For a caller that watches many sandboxes from one event loop (the daemon): descriptors
+  // that become readable when the sandbox needs Poll(): PID 1 exited, or (cgroup v1) the first
+  // OOM kill. An entry of -1 is absent.
+  std::array<int, 2> watch_fds() const { return {pidfd_.get(), oom_.get()}; }
+  // Wait() without blocking: acts on what watch_fds() report (an OOM kill kills the whole
+  // sandbox); once PID 1 has exited, returns the outcome as Wait() would. Call it no more
+  // after it returned one.
+  std::optional<RunOutcome> Poll();
+
  private:
   friend class Engine;
   Sandbox() = default;
   void HandleReport(const struct ChildReport& report);
+  void DrainReports();
+  // One poll of PID 1, the control socket, the forwarded signals and the OOM watch.
+  void WaitStep(int forward_signals_fd, int timeout_ms);
+  // Reads usage, removes the cgroup and decides the outcome, once PID 1 is reaped.
+  RunOutcome Finish();
 
   std::string id_;
   pid_t pid_ = -1;
@@ -146,6 +167,8 @@ class Sandbox {
   std::optional<std::chrono::steady_clock::time_point> paused_since_;
   std::chrono::steady_clock::time_point started_;
   bool reaped_ = false;
+  bool timed_out_ = false, out_of_memory_ = false;
+  siginfo_t init_info_ = {};
   // What PID 1 reported so far.
   std::optional<absl::Status> setup_error_, exec_error_;
   int exec_errno_ = 0;

@@ -42,7 +42,10 @@ std::optional<Message> AgentConnection::Next(std::chrono::milliseconds timeout) 
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     if (std::optional<Message> m = decoder_.Next()) return m;
-    if (decoder_.failed()) return std::nullopt;
+    if (decoder_.failed() || closed_) {
+      closed_ = true;
+      return std::nullopt;
+    }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     pollfd p = {fd_.get(), POLLIN, 0};
@@ -51,8 +54,11 @@ std::optional<Message> AgentConnection::Next(std::chrono::milliseconds timeout) 
     }
     char buf[65536];
     ssize_t n = ::read(fd_.get(), buf, sizeof buf);
-    if (n <= 0) return std::nullopt;
-    if (!decoder_.Feed(absl::string_view(buf, static_cast<size_t>(n))).ok()) return std::nullopt;
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || !decoder_.Feed(absl::string_view(buf, static_cast<size_t>(n))).ok()) {
+      closed_ = true;
+      return std::nullopt;
+    }
   }
 }
 

@@ -23,11 +23,15 @@ class AgentConnection {
   // The next message; nullopt when `timeout` passes, the agent closes the connection, or it
   // sends a malformed frame (then the connection is unusable).
   std::optional<Message> Next(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // True once the agent closed the connection or broke the protocol (Next's nullopt was not a
+  // timeout); nothing more will arrive.
+  bool closed() const { return closed_; }
 
  private:
   explicit AgentConnection(UniqueFd fd) : fd_(std::move(fd)) {}
   UniqueFd fd_;
   FrameDecoder decoder_;
+  bool closed_ = false;
 };
 
 }  // namespace brig::protocol

@@ -32,21 +32,24 @@ enum class MessageType : uint16_t {
   // daemon -> agent
   kHello = 1,       // {"version": 1}
   kExec = 2,        // {"argv": [...], "env": [...], "cwd": "", "user": "user"|"root", "tag": "",
-                    //  "stdin": false, "pty": {"rows": N, "cols": N} (optional)}
+                    //  "stdin": false, "pty": {"rows": N, "cols": N} (optional),
+                    //  "timeout_ms": N (optional: then its process group is killed)}
   kStdin = 3,       // channel: process; payload: bytes
   kCloseStdin = 4,  // channel: process
   kSignal = 5,      // channel: process; {"signal": N}
-  kAttach = 6,      // channel: process; {"offset": N}: replay output from byte N, then follow
+  kAttach = 6,      // channel: process; {"offset": N, "follow": true}: replay output from byte
+                    // N, then follow (or, with "follow": false, answer kCaughtUp)
   kList = 7,        // {}
   kResize = 8,      // channel: process with a terminal; {"rows": N, "cols": N}
   // agent -> daemon
   kHelloReply = 100,   // {"version": 1, "pid": N}
   kStarted = 101,      // channel: process; {"pid": N, "tag": ""}
   kOutput = 102,       // channel: process; flags: 1 stdout, 2 stderr; payload: u64 offset + bytes
-  kExited = 103,       // channel: process; {"exit_code": N} or {"signal": N}
+  kExited = 103,       // channel: process; {"exit_code": N} or {"signal": N}, "timed_out"
   kError = 104,        // channel: the request's; {"code": http-like status, "message": ""}
   kProcessList = 105,  // {"processes": [{"channel", "pid", "argv", "running", "tag"}]}
   kTruncated = 106,    // channel: process; {"from": N, "to": M}: bytes N..M left the ring
+  kCaughtUp = 107,     // channel: process; {"offset": N}: an attach without follow replayed all
 };
 
 struct Message {

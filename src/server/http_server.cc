@@ -1,0 +1,354 @@
+#include "server/http_server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+
+namespace brig::server {
+namespace {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::json;
+
+constexpr size_t kHeaderLimit = 16u << 10;
+constexpr size_t kBodyLimit = 1u << 20;
+constexpr std::chrono::seconds kReadRequestTimeout{30};
+constexpr std::chrono::seconds kWriteTimeout{60};
+
+// Shuts down sockets whose current read or write overstays its deadline, which makes the
+// blocked call return. (Asio's blocking calls ignore SO_RCVTIMEO.)
+class Watchdog {
+ public:
+  Watchdog() : thread_([this] { Loop(); }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Arm(int fd, Clock::duration within) {
+    std::lock_guard<std::mutex> lock(mu_);
+    deadlines_[fd] = Clock::now() + within;
+    cv_.notify_all();
+  }
+  void Disarm(int fd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    deadlines_.erase(fd);
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!done_) {
+      auto next = Clock::now() + std::chrono::seconds(1);
+      for (auto it = deadlines_.begin(); it != deadlines_.end();) {
+        if (it->second <= Clock::now()) {
+          ::shutdown(it->first, SHUT_RDWR);
+          it = deadlines_.erase(it);
+        } else {
+          next = std::min(next, it->second);
+          ++it;
+        }
+      }
+      cv_.wait_until(lock, next);
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int, Clock::time_point> deadlines_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts once the rest exists
+};
+
+// Arms the watchdog for one blocking call.
+class Guarded {
+ public:
+  Guarded(Watchdog& w, int fd, Clock::duration within) : w_(w), fd_(fd) { w_.Arm(fd, within); }
+  ~Guarded() { w_.Disarm(fd_); }
+
+ private:
+  Watchdog& w_;
+  int fd_;
+};
+
+std::string PercentDecode(absl::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    int value = 0;
+    if (s[i] == '%' && i + 2 < s.size() && absl::SimpleHexAtoi(s.substr(i + 1, 2), &value)) {
+      out.push_back(static_cast<char>(value));
+      i += 2;
+    } else if (s[i] == '+') {
+      out.push_back(' ');
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+class Connection final : public Responder {
+ public:
+  Connection(tcp::socket socket, Watchdog& watchdog)
+      : socket_(std::move(socket)), watchdog_(watchdog) {}
+
+  // Serves requests until the client closes, an error, or a response that ends the connection.
+  void Serve(const Handler& handler) {
+    boost::beast::flat_buffer buffer;
+    for (;;) {
+      http::request_parser<http::string_body> parser;
+      parser.header_limit(kHeaderLimit);
+      parser.body_limit(kBodyLimit);
+      boost::system::error_code ec;
+      {
+        Guarded guard(watchdog_, fd(), kReadRequestTimeout);
+        http::read(socket_, buffer, parser, ec);
+      }
+      if (ec == http::error::end_of_stream || ec == asio::error::eof ||
+          ec == asio::error::connection_reset) {
+        return;
+      }
+      if (ec == http::error::body_limit) {
+        keep_alive_ = false;
+        Send(413, {{"code", 413}, {"message", "the body is over 1 MiB"}});
+        return;
+      }
+      if (ec == http::error::header_limit) {
+        keep_alive_ = false;
+        Send(431, {{"code", 431}, {"message", "the headers are over 16 KiB"}});
+        return;
+      }
+      if (ec) {
+        if (parser.got_some()) {
+          keep_alive_ = false;
+          Send(400, {{"code", 400}, {"message", "malformed HTTP request: " + ec.message()}});
+        }
+        return;
+      }
+      http::request<http::string_body> req = parser.release();
+      keep_alive_ = req.keep_alive();
+      version_ = req.version();
+      responded_ = streaming_ = false;
+      handler(ToRequest(req), *this);
+      if (streaming_) {
+        EndStream();
+      } else if (!responded_) {
+        Send(500, {{"code", 500}, {"message", "no response"}});
+      }
+      if (!keep_alive_ || broken_) return;
+    }
+  }
+
+  void Send(int status, const Json& body) override {
+    if (responded_ || streaming_) return;
+    responded_ = true;
+    http::response<http::string_body> res{static_cast<http::status>(status), version_};
+    res.set(http::field::server, "brig");
+    res.keep_alive(keep_alive_);
+    if (status != 204) {
+      res.set(http::field::content_type, "application/json");
+      res.body() = body.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+    }
+    res.prepare_payload();
+    boost::system::error_code ec;
+    Guarded guard(watchdog_, fd(), kWriteTimeout);
+    http::write(socket_, res, ec);
+    if (ec) broken_ = true;
+  }
+
+  bool WriteLine(const Json& line) override {
+    if (broken_ || responded_) return false;
+    boost::system::error_code ec;
+    Guarded guard(watchdog_, fd(), kWriteTimeout);
+    if (!streaming_) {
+      streaming_ = true;
+      http::response<http::empty_body> res{http::status::ok, version_};
+      res.set(http::field::server, "brig");
+      res.set(http::field::content_type, "application/x-ndjson");
+      res.keep_alive(keep_alive_);
+      res.chunked(true);
+      http::response_serializer<http::empty_body> serializer{res};
+      http::write_header(socket_, serializer, ec);
+      if (ec) return !(broken_ = true);
+    }
+    std::string text = line.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+    asio::write(socket_, http::make_chunk(asio::buffer(text)), ec);
+    if (ec) broken_ = true;
+    return !broken_;
+  }
+
+  bool ClientGone() override {
+    pollfd p = {fd(), POLLRDHUP, 0};
+    return broken_ || (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)));
+  }
+
+  int fd() { return socket_.native_handle(); }
+
+ private:
+  void EndStream() {
+    if (broken_) return;
+    boost::system::error_code ec;
+    Guarded guard(watchdog_, fd(), kWriteTimeout);
+    asio::write(socket_, http::make_chunk_last(), ec);
+    if (ec) broken_ = true;
+  }
+
+  static HttpRequest ToRequest(const http::request<http::string_body>& req) {
+    HttpRequest out;
+    out.method = std::string(req.method_string());
+    absl::string_view target(req.target().data(), req.target().size());
+    size_t q = target.find('?');
+    out.path = PercentDecode(target.substr(0, q));
+    if (q != absl::string_view::npos) {
+      for (absl::string_view pair : absl::StrSplit(target.substr(q + 1), '&', absl::SkipEmpty())) {
+        size_t eq = pair.find('=');
+        out.query[PercentDecode(pair.substr(0, eq))] =
+            eq == absl::string_view::npos ? "" : PercentDecode(pair.substr(eq + 1));
+      }
+    }
+    if (auto it = req.find(http::field::authorization); it != req.end()) {
+      out.authorization = std::string(it->value());
+    }
+    if (auto it = req.find("X-API-Key"); it != req.end()) out.api_key = std::string(it->value());
+    out.body = req.body();
+    return out;
+  }
+
+  tcp::socket socket_;
+  Watchdog& watchdog_;
+  unsigned version_ = 11;
+  bool keep_alive_ = true;
+  bool responded_ = false;
+  bool streaming_ = false;
+  bool broken_ = false;
+};
+
+}  // namespace
+
+class HttpServer::Impl {
+ public:
+  Impl(Handler handler, size_t max_connections)
+      : handler_(std::move(handler)), max_connections_(max_connections), acceptor_(io_) {}
+
+  absl::Status Listen(const std::string& listen) {
+    size_t colon = listen.rfind(':');
+    unsigned port = 0;
+    if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
+        port > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--listen ", listen, ": expected HOST:PORT, e.g. 127.0.0.1:7878"));
+    }
+    std::string host = listen.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+    }
+    if (host == "localhost") host = "127.0.0.1";
+    boost::system::error_code ec;
+    asio::ip::address address = asio::ip::make_address(host, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--listen ", listen, ": ", host, " is not an IP address"));
+    }
+    tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return absl::UnavailableError(absl::StrCat("listen on ", listen, ": ", ec.message()));
+    tcp::endpoint bound = acceptor_.local_endpoint();
+    address_ = bound.address().is_v6()
+                   ? absl::StrCat("[", bound.address().to_string(), "]:", bound.port())
+                   : absl::StrCat(bound.address().to_string(), ":", bound.port());
+    accept_thread_ = std::thread([this] { AcceptLoop(); });
+    return absl::OkStatus();
+  }
+
+  void Stop() {
+    if (stopped_.exchange(true)) return;
+    ::shutdown(acceptor_.native_handle(), SHUT_RDWR);  // wakes the blocked accept
+    if (accept_thread_.joinable()) accept_thread_.join();
+    std::unique_lock<std::mutex> lock(mu_);
+    for (int fd : open_) ::shutdown(fd, SHUT_RDWR);
+    drained_.wait(lock, [&] { return open_.empty(); });
+  }
+
+  const std::string& address() const { return address_; }
+
+ private:
+  void AcceptLoop() {
+    while (!stopped_) {
+      boost::system::error_code ec;
+      tcp::socket socket(io_);
+      acceptor_.accept(socket, ec);
+      if (ec) {
+        if (stopped_) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // e.g. out of fds
+        continue;
+      }
+      socket.set_option(tcp::no_delay(true), ec);
+      auto connection = std::make_shared<Connection>(std::move(socket), watchdog_);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (open_.size() >= max_connections_ || stopped_) {
+          connection->Send(503, {{"code", 503}, {"message", "too many connections"}});
+          continue;
+        }
+        open_.insert(connection->fd());
+      }
+      std::thread([this, connection]() mutable {
+        connection->Serve(handler_);
+        std::lock_guard<std::mutex> lock(mu_);
+        open_.erase(connection->fd());
+        connection.reset();  // closes the socket before Stop() may see the set empty
+        drained_.notify_all();
+      }).detach();
+    }
+  }
+
+  Handler handler_;
+  size_t max_connections_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  std::string address_;
+  Watchdog watchdog_;
+  std::atomic<bool> stopped_{false};
+  std::thread accept_thread_;
+  std::mutex mu_;
+  std::condition_variable drained_;
+  std::set<int> open_;  // sockets of live connections
+};
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HttpServer::~HttpServer() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
+                                                              Handler handler,
+                                                              size_t max_connections) {
+  auto impl = std::make_unique<Impl>(std::move(handler), max_connections);
+  BRIG_RETURN_IF_ERROR(impl->Listen(listen));
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+const std::string& HttpServer::address() const { return impl_->address(); }
+void HttpServer::Stop() { impl_->Stop(); }
+
+}  // namespace brig::server
