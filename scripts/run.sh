@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# README command 1: install what brig needs, build it, and run its main job on the embedded
-# defaults. Until `brig serve` exists, the main job is a one-shot sandbox: a host check, then a
-# Python program run in a fresh sandbox (state in /var/lib/brig).
+# README command 1: install what brig needs, build it, check the host, and start brig's main
+# job on its embedded defaults: the daemon, `brig serve`, on http://127.0.0.1:7878 with its
+# state in /var/lib/brig. It prints where its API key is and how to call it. Ctrl-C stops the
+# daemon; sandboxes keep running and the next `brig serve` takes them over.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 build/brig check
-build/brig run -- /usr/bin/python3 -c '
-import os, socket
-print("hello from sandbox", socket.gethostname(), "as", os.environ["USER"], "in", os.getcwd())'
+exec build/brig serve

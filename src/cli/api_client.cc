@@ -1,6 +1,7 @@
 #include "cli/api_client.h"
 
 #include <boost/asio/connect.hpp>
+#include <limits>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
@@ -103,7 +104,7 @@ absl::Status ApiClient::Stream(const std::string& method, const std::string& tar
 
   boost::beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
-  parser.body_limit(boost::none);
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   std::string pending;
   bool stopped = false;
   auto deliver = [&](absl::string_view data) {

@@ -143,6 +143,7 @@ int main(int argc, char** argv) {
     return brig::kExitBrigError;
   }
   run.state_dir = state_dir;
+  remote.state_dir = state_dir;
   if (run_cmd->parsed()) {
     run.command = run_cmd->remaining();
     if (!run.command.empty() && run.command.front().rfind("-", 0) == 0) {
@@ -154,7 +155,6 @@ int main(int argc, char** argv) {
     if (run.remote) return brig::RemoteRunCommand(remote, run);
     return brig::RunCommand(run);
   }
-  remote.state_dir = state_dir;
   if (exec_cmd->parsed()) {
     std::vector<std::string> rest = exec_cmd->remaining();
     if (rest.empty()) {
