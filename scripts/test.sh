@@ -22,3 +22,4 @@ bench_state=$(mktemp -d /tmp/brig-bench.XXXXXX)
 trap 'rm -rf "$bench_state"' EXIT
 build/bench/run_vs_bwrap --iterations 20 --brig build/brig --state-dir "$bench_state"
 build/bench/agent_roundtrip --iterations 20 --brig build/brig --state-dir "$bench_state"
+build/bench/http_api --iterations 20 --brig build/brig --state-dir "$bench_state"
