@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "base/files.h"
 #include "engine/child.h"
 #include "engine/mounts.h"
@@ -125,6 +126,29 @@ int ExitCodeFor(const RunOutcome& outcome) {
   return kExitBrigError;
 }
 
+namespace {
+
+// Every directory above the state dir must be searchable by others (o+x), for the same reason
+// as the 0711 above; otherwise every sandbox would fail while building its root.
+absl::Status CheckTraversable(const std::string& state_dir) {
+  for (size_t slash = state_dir.find('/', 1); slash != std::string::npos;
+       slash = state_dir.find('/', slash + 1)) {
+    std::string dir = state_dir.substr(0, slash);
+    struct stat st;
+    if (::stat(dir.c_str(), &st) != 0) return ErrnoError("stat", dir);
+    if ((st.st_mode & S_IXOTH) == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the state directory ", state_dir, " is inside ", dir,
+          ", which others cannot search (mode ", absl::StrFormat("%o", st.st_mode & 07777),
+          "): sandboxes reach the state directory as unprivileged users. Use another state "
+          "directory, or chmod o+x ", dir));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& state_dir) {
   if (state_dir.empty() || state_dir[0] != '/') {
     return absl::InvalidArgumentError("the state directory must be an absolute path");
@@ -139,6 +163,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& state_di
   // matter are themselves 0600.
   BRIG_RETURN_IF_ERROR(MakeDirs(state_dir + "/mnt", 0755));
   if (::chmod(state_dir.c_str(), 0711) != 0) return ErrnoError("chmod", state_dir);
+  BRIG_RETURN_IF_ERROR(CheckTraversable(state_dir));
   BRIG_ASSIGN_OR_RETURN(CgroupHost cgroups, CgroupHost::Detect());
   // One lock file for the whole host, whatever the state dir: two state dirs must never hand
   // out the same uid range. /run is per boot, like the locks.

@@ -589,7 +589,11 @@ absl::StatusOr<std::optional<Clock::time_point>> RequestDeadline(
 
 void Api::Handle(const HttpRequest& request, Responder& out) const {
   if (request.path == "/health") {
-    out.Send(200, {{"status", "ok"}});
+    if (request.method == "GET") {
+      out.Send(200, {{"status", "ok"}});
+    } else {
+      out.Send(405, ErrorJson(405, "only GET is allowed on /health"));
+    }
     return;
   }
   if (!Authenticated(request, key_)) {

@@ -312,6 +312,7 @@ absl::StatusOr<Json> ListProcesses(const std::string& agent_socket) {
   Json processes = Json::array();
   for (Json& p : list["processes"]) {
     p.erase("channel");
+    if (!p.value("running", true) && !p.contains("timed_out")) p["timed_out"] = false;
     processes.push_back(std::move(p));
   }
   return Json{{"processes", std::move(processes)}};
