@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -22,6 +23,7 @@
 #include <set>
 
 #include "absl/strings/numbers.h"
+#include "agent/files.h"
 #include "base/unique_fd.h"
 #include "engine/command.h"
 #include "engine/restricted.h"
@@ -95,6 +97,19 @@ struct Connection {
   UniqueFd fd;
   FrameDecoder decoder;
   std::string pending;  // encoded frames not yet written
+  // A file being read (kFileRead): sent as the connection drains, never ahead of it.
+  std::optional<UniqueFd> download;
+  uint64_t download_sent = 0;
+  // A file being written (kFileWrite), and as whom.
+  std::optional<agent::PendingWrite> upload;
+  SandboxUser upload_user = SandboxUser::kUser;
+  bool upload_failed = false;  // chunks after a failure are dropped until the next write
+  // A directory being watched (kWatch): inotify, watch descriptor -> path below the root.
+  UniqueFd watch;
+  std::map<int, std::string> watch_dirs;
+  std::string watch_root;  // absolute, no trailing '/' ("" for the root)
+  SandboxUser watch_user = SandboxUser::kUser;
+  bool watch_recursive = false;
 };
 
 Json ErrorBody(int code, const std::string& message) {
@@ -130,6 +145,17 @@ class Agent {
   void Handle(int fd, Message message);
   void Dispatch(int fd, Message message);
   void Exec(int fd, const Json& request);
+  // Files (files.h): one operation, a download, an upload, a watch.
+  void FileOp(int fd, const Json& request);
+  void FileRead(int fd, const Json& request);
+  void FileWrite(int fd, const Json& request);
+  void FileChunk(int fd, absl::string_view bytes);
+  void FileCommit(int fd);
+  void StartWatch(int fd, const Json& request);
+  void AddWatches(Connection& c, const std::string& dir, const std::string& relative);
+  void OnWatchEvents(int inotify_fd);
+  void PumpDownload(Connection& c);
+  void SendFileError(int fd, const absl::Status& status);
   absl::Status MakePipes(Process& p, UniqueFd (&child_ends)[3]);
   absl::Status MakeTerminal(const Json& size, const ProcessSpec& spec, Process& p,
                             UniqueFd (&child_ends)[3]);
@@ -149,6 +175,7 @@ class Agent {
   std::map<int, std::unique_ptr<Connection>> connections_;
   std::map<uint32_t, std::unique_ptr<Process>> processes_;
   std::map<int, uint32_t> pipes_;  // output pipe fd -> channel
+  std::map<int, int> watches_;     // inotify fd -> connection fd
   std::deque<uint32_t> exited_;    // channels of exited processes, oldest first
 };
 
@@ -166,9 +193,11 @@ absl::Status Agent::Init(int listen_fd, uint64_t open_files) {
   sigfillset(&mask);
   ::sigprocmask(SIG_BLOCK, &mask, nullptr);
   sigemptyset(&mask);
-  sigaddset(&mask, SIGCHLD);
+  for (int sig : {SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2}) {
+    sigaddset(&mask, sig);
+  }
   signals_.reset(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
-  if (!signals_) return ErrnoError("signalfd", "SIGCHLD");
+  if (!signals_) return ErrnoError("signalfd", "SIGCHLD and the forwarded signals");
   epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_) return ErrnoError("epoll_create1", "");
   Watch(listen_.get(), EPOLLIN);
@@ -197,6 +226,8 @@ void Agent::Run() {
         OnSignal();
       } else if (pipes_.count(fd)) {
         OnOutput(fd);
+      } else if (watches_.count(fd)) {
+        OnWatchEvents(fd);
       } else if (connections_.count(fd)) {
         if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) OnConnectionReadable(fd);
         if (connections_.count(fd) && (events[i].events & EPOLLOUT)) OnConnectionWritable(fd);
@@ -218,6 +249,9 @@ void Agent::Accept() {
 
 void Agent::CloseConnection(int fd) {
   for (auto& [channel, p] : processes_) p->followers.erase(fd);
+  if (Connection& c = *connections_[fd]; c.watch) {
+    watches_.erase(c.watch.get());  // closing the inotify fd removes it from epoll
+  }
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
   connections_.erase(fd);  // closes
 }
@@ -245,14 +279,18 @@ void Agent::OnConnectionReadable(int fd) {
 
 void Agent::OnConnectionWritable(int fd) {
   Connection& c = *connections_[fd];
-  while (!c.pending.empty()) {
-    ssize_t n = ::send(fd, c.pending.data(), c.pending.size(), MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EAGAIN) break;
-      CloseConnection(fd);
-      return;
+  for (;;) {
+    while (!c.pending.empty()) {
+      ssize_t n = ::send(fd, c.pending.data(), c.pending.size(), MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EAGAIN) break;
+        CloseConnection(fd);
+        return;
+      }
+      c.pending.erase(0, static_cast<size_t>(n));
     }
-    c.pending.erase(0, static_cast<size_t>(n));
+    if (!c.pending.empty() || !c.download) break;
+    PumpDownload(c);  // the connection drained: the next part of the file being read
   }
   Watch(fd, c.pending.empty() ? EPOLLIN : EPOLLIN | EPOLLOUT);
 }
@@ -291,7 +329,7 @@ void Agent::Handle(int fd, Message m) {
 
 void Agent::Dispatch(int fd, Message m) {
   Json body = Json::object();
-  bool is_data = m.type == MessageType::kStdin;
+  bool is_data = m.type == MessageType::kStdin || m.type == MessageType::kFileChunk;
   if (!is_data && !m.payload.empty()) {
     body = Json::parse(m.payload, nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded() || !body.is_object()) {
@@ -306,6 +344,24 @@ void Agent::Dispatch(int fd, Message m) {
       return;
     case MessageType::kExec:
       Exec(fd, body);
+      return;
+    case MessageType::kFileOp:
+      FileOp(fd, body);
+      return;
+    case MessageType::kFileRead:
+      FileRead(fd, body);
+      return;
+    case MessageType::kFileWrite:
+      FileWrite(fd, body);
+      return;
+    case MessageType::kFileChunk:
+      FileChunk(fd, m.payload);
+      return;
+    case MessageType::kFileCommit:
+      FileCommit(fd);
+      return;
+    case MessageType::kWatch:
+      StartWatch(fd, body);
       return;
     case MessageType::kList: {
       Json list = Json::array();
@@ -574,6 +630,13 @@ void Agent::OnOutput(int pipe_fd) {
 void Agent::OnSignal() {
   signalfd_siginfo si;
   while (::read(signals_.get(), &si, sizeof si) == sizeof si) {
+    // A signal from outside the sandbox (si_pid 0: the sender is not in this PID namespace)
+    // goes on to every running process group; one sent from inside is ignored, so a command
+    // cannot use PID 1 to signal the others.
+    if (si.ssi_signo == SIGCHLD || si.ssi_pid != 0) continue;
+    for (auto& [channel, p] : processes_) {
+      if (!p->reaped) ::kill(-p->pid, static_cast<int>(si.ssi_signo));
+    }
   }
   int status = 0;
   pid_t pid;
@@ -604,6 +667,240 @@ void Agent::MaybeAnnounceExit(Process& p) {
   while (exited_.size() > kKeepExited) {
     processes_.erase(exited_.front());
     exited_.pop_front();
+  }
+}
+
+// ---- Files ----------------------------------------------------------------------------------
+
+namespace {
+
+constexpr size_t kDownloadWindow = 1u << 20;  // bytes of a download queued ahead of the socket
+constexpr int kMaxListDepth = 16;
+
+// "user" (default) or "root"; anything else is a bad request.
+std::optional<SandboxUser> UserOf(const Json& request) {
+  std::string user = request.value("user", "user");
+  if (user == "user") return SandboxUser::kUser;
+  if (user == "root") return SandboxUser::kRoot;
+  return std::nullopt;
+}
+
+}  // namespace
+
+void Agent::SendFileError(int fd, const absl::Status& status) {
+  Send(fd, MessageType::kError, 0,
+       ErrorBody(agent::FileErrorCode(status), std::string(status.message())));
+}
+
+void Agent::FileOp(int fd, const Json& request) {
+  std::optional<SandboxUser> user = UserOf(request);
+  std::string op = request.value("op", "");
+  if (!user || !request.contains("path") || !request["path"].is_string()) {
+    Send(fd, MessageType::kError, 0, ErrorBody(400, "a file request needs a path and a user"));
+    return;
+  }
+  const std::string path = agent::ResolvePath(request["path"].get<std::string>(), *user);
+  agent::AsUser as(*user);
+  absl::Status done;
+  if (op == "stat") {
+    absl::StatusOr<Json> entry = agent::StatEntry(path);
+    if (entry.ok()) return Send(fd, MessageType::kFileResult, 0, *entry);
+    done = entry.status();
+  } else if (op == "list") {
+    int depth = request.value("depth", 1);
+    if (depth < 1 || depth > kMaxListDepth) {
+      return Send(fd, MessageType::kError, 0, ErrorBody(400, "depth must be 1-16"));
+    }
+    absl::StatusOr<std::vector<Json>> entries = agent::ListEntries(path, depth);
+    if (entries.ok()) return Send(fd, MessageType::kFileResult, 0, {{"entries", *entries}});
+    done = entries.status();
+  } else if (op == "mkdir") {
+    done = agent::MakeDirectories(path);
+    if (done.ok()) return Send(fd, MessageType::kFileResult, 0, *agent::StatEntry(path));
+  } else if (op == "move") {
+    if (!request.contains("to") || !request["to"].is_string()) {
+      return Send(fd, MessageType::kError, 0, ErrorBody(400, "move needs \"to\""));
+    }
+    const std::string to = agent::ResolvePath(request["to"].get<std::string>(), *user);
+    done = agent::Move(path, to);
+    if (done.ok()) return Send(fd, MessageType::kFileResult, 0, *agent::StatEntry(to));
+  } else if (op == "remove") {
+    done = agent::Remove(path);
+    if (done.ok()) return Send(fd, MessageType::kFileResult, 0, Json::object());
+  } else {
+    return Send(fd, MessageType::kError, 0, ErrorBody(400, "unknown file op \"" + op + "\""));
+  }
+  SendFileError(fd, done);
+}
+
+void Agent::FileRead(int fd, const Json& request) {
+  Connection& c = *connections_[fd];
+  std::optional<SandboxUser> user = UserOf(request);
+  if (!user || !request.contains("path") || !request["path"].is_string() || c.download) {
+    return Send(fd, MessageType::kError, 0,
+                ErrorBody(400, "read needs a path, a user, and no other read in progress"));
+  }
+  absl::StatusOr<UniqueFd> file = [&] {
+    agent::AsUser as(*user);
+    return agent::OpenForRead(agent::ResolvePath(request["path"].get<std::string>(), *user));
+  }();
+  if (!file.ok()) return SendFileError(fd, file.status());
+  c.download = std::move(*file);
+  c.download_sent = 0;
+  OnConnectionWritable(fd);
+}
+
+void Agent::PumpDownload(Connection& c) {
+  while (c.download && c.pending.size() < kDownloadWindow) {
+    char buf[kReadChunk];
+    ssize_t n = ::read(c.download->get(), buf, sizeof buf);
+    if (n > 0) {
+      c.pending += Encode({MessageType::kFileData, 0, 0, std::string(buf, static_cast<size_t>(n))});
+      c.download_sent += static_cast<uint64_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    c.pending += n == 0 ? Encode({MessageType::kFileEnd, 0, 0,
+                                  Json{{"size", c.download_sent}}.dump()})
+                        : Encode({MessageType::kError, 0, 0,
+                                  ErrorBody(500, std::strerror(errno)).dump()});
+    c.download.reset();
+  }
+}
+
+void Agent::FileWrite(int fd, const Json& request) {
+  Connection& c = *connections_[fd];
+  std::optional<SandboxUser> user = UserOf(request);
+  int mode = request.value("mode", 0644);
+  if (!user || !request.contains("path") || !request["path"].is_string() || mode < 0 ||
+      mode > 07777) {
+    c.upload_failed = true;
+    return Send(fd, MessageType::kError, 0,
+                ErrorBody(400, "write needs a path, a user and a mode of 0-07777"));
+  }
+  c.upload.reset();
+  c.upload_user = *user;
+  agent::AsUser as(*user);
+  absl::StatusOr<agent::PendingWrite> write = agent::PendingWrite::Start(
+      agent::ResolvePath(request["path"].get<std::string>(), *user), static_cast<mode_t>(mode));
+  c.upload_failed = !write.ok();
+  if (!write.ok()) return SendFileError(fd, write.status());
+  c.upload.emplace(std::move(*write));
+}
+
+void Agent::FileChunk(int fd, absl::string_view bytes) {
+  Connection& c = *connections_[fd];
+  if (c.upload_failed) return;  // its error was sent already
+  if (!c.upload) {
+    c.upload_failed = true;
+    return Send(fd, MessageType::kError, 0, ErrorBody(409, "no file is being written"));
+  }
+  agent::AsUser as(c.upload_user);
+  if (absl::Status s = c.upload->Append(bytes); !s.ok()) {
+    c.upload.reset();  // removes what was written; the old file stays
+    c.upload_failed = true;
+    SendFileError(fd, s);
+  }
+}
+
+void Agent::FileCommit(int fd) {
+  Connection& c = *connections_[fd];
+  bool failed = c.upload_failed;
+  c.upload_failed = false;
+  if (failed) return;  // its error was sent already
+  if (!c.upload) return Send(fd, MessageType::kError, 0, ErrorBody(409, "nothing to commit"));
+  agent::AsUser as(c.upload_user);
+  absl::Status s = c.upload->Commit();
+  std::string path = c.upload->path();
+  c.upload.reset();
+  if (!s.ok()) return SendFileError(fd, s);
+  absl::StatusOr<Json> entry = agent::StatEntry(path);
+  if (!entry.ok()) return SendFileError(fd, entry.status());
+  Send(fd, MessageType::kFileResult, 0, *entry);
+}
+
+void Agent::StartWatch(int fd, const Json& request) {
+  Connection& c = *connections_[fd];
+  std::optional<SandboxUser> user = UserOf(request);
+  if (!user || !request.contains("path") || !request["path"].is_string() || c.watch) {
+    return Send(fd, MessageType::kError, 0,
+                ErrorBody(400, "watch needs a path, a user, and no other watch in progress"));
+  }
+  const std::string root = agent::ResolvePath(request["path"].get<std::string>(), *user);
+  agent::AsUser as(*user);
+  absl::StatusOr<std::vector<Json>> listing = agent::ListEntries(root, 1);  // exists, a dir
+  if (!listing.ok()) return SendFileError(fd, listing.status());
+  c.watch.reset(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+  if (!c.watch) return SendFileError(fd, ErrnoError("inotify_init1", root));
+  c.watch_recursive = request.value("recursive", false);
+  c.watch_root = root == "/" ? "" : root;
+  c.watch_user = *user;
+  AddWatches(c, root, "");
+  watches_[c.watch.get()] = fd;
+  Watch(c.watch.get(), EPOLLIN);
+  Send(fd, MessageType::kWatchEvent, 0, {{"type", "watching"}, {"path", root}});
+}
+
+// Watches `dir` (at `relative` below the watch's root) and, when recursive, its subdirectories.
+void Agent::AddWatches(Connection& c, const std::string& dir, const std::string& relative) {
+  constexpr uint32_t kEvents = IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO |
+                               IN_ATTRIB | IN_DONT_FOLLOW | IN_ONLYDIR;
+  int wd = ::inotify_add_watch(c.watch.get(), dir.c_str(), kEvents);
+  if (wd < 0) return;
+  c.watch_dirs[wd] = relative;
+  if (!c.watch_recursive) return;
+  absl::StatusOr<std::vector<Json>> children = agent::ListEntries(dir, 1);
+  if (!children.ok()) return;
+  for (const Json& child : *children) {
+    if (child["type"] != "dir") continue;
+    std::string name = child["name"].get<std::string>();
+    AddWatches(c, dir + "/" + name, relative.empty() ? name : relative + "/" + name);
+  }
+}
+
+void Agent::OnWatchEvents(int inotify_fd) {
+  int fd = watches_[inotify_fd];
+  Connection& c = *connections_[fd];
+  alignas(inotify_event) char buf[16384];
+  for (;;) {
+    ssize_t n = ::read(inotify_fd, buf, sizeof buf);
+    if (n <= 0) return;
+    for (char* p = buf; p < buf + n;) {
+      auto* e = reinterpret_cast<inotify_event*>(p);
+      p += sizeof(inotify_event) + e->len;
+      auto dir = c.watch_dirs.find(e->wd);
+      if (dir == c.watch_dirs.end()) continue;
+      if (e->mask & IN_IGNORED) {
+        c.watch_dirs.erase(dir);
+        continue;
+      }
+      std::string name = e->len ? std::string(e->name) : "";
+      std::string relative = dir->second.empty() ? name : dir->second + "/" + name;
+      bool is_dir = e->mask & IN_ISDIR;
+      const char* type = (e->mask & (IN_CREATE | IN_MOVED_TO)) ? "create"
+                         : (e->mask & IN_MODIFY)               ? "write"
+                         : (e->mask & IN_DELETE)               ? "remove"
+                         : (e->mask & IN_MOVED_FROM)           ? "rename"
+                         : (e->mask & IN_ATTRIB)               ? "chmod"
+                                                               : nullptr;
+      if (type == nullptr) continue;
+      Send(fd, MessageType::kWatchEvent, 0, {{"type", type}, {"path", relative}, {"dir", is_dir}});
+      if (!connections_.count(fd)) return;
+      if (is_dir && c.watch_recursive && (e->mask & (IN_CREATE | IN_MOVED_TO))) {
+        // Watch the new directory too; what appeared in it before the watch did is reported
+        // as created.
+        agent::AsUser as(c.watch_user);
+        const std::string path = c.watch_root + "/" + relative;
+        AddWatches(c, path, relative);
+        absl::StatusOr<std::vector<Json>> inside = agent::ListEntries(path, kMaxListDepth);
+        for (const Json& entry : inside.ok() ? *inside : std::vector<Json>()) {
+          std::string below = entry["path"].get<std::string>().substr(c.watch_root.size() + 1);
+          Send(fd, MessageType::kWatchEvent, 0,
+               {{"type", "create"}, {"path", below}, {"dir", entry["type"] == "dir"}});
+          if (!connections_.count(fd)) return;
+        }
+      }
+    }
   }
 }
 

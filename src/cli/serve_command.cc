@@ -63,7 +63,8 @@ int ServeCommand(const ServeFlags& flags) {
   auto http = server::HttpServer::Start(
       flags.listen, [&api](const server::HttpRequest& r, server::Responder& out) {
         api.Handle(r, out);
-      });
+      },
+      server::Api::BodyStreams);
   if (!http.ok()) return Fail(http.status());
 
   const std::string url = absl::StrCat("http://", (*http)->address());

@@ -41,6 +41,13 @@ enum class MessageType : uint16_t {
                     // N, then follow (or, with "follow": false, answer kCaughtUp)
   kList = 7,        // {}
   kResize = 8,      // channel: process with a terminal; {"rows": N, "cols": N}
+  // Files (docs/agent-protocol.md, "Files"); each on channel 0, one at a time per connection.
+  kFileOp = 9,       // {"op": "stat"|"list"|"mkdir"|"move"|"remove", "path", "user", ...}
+  kFileRead = 10,    // {"path", "user"} -> kFileData..., kFileEnd
+  kFileWrite = 11,   // {"path", "user", "mode"}; then kFileChunk..., kFileCommit -> kFileResult
+  kFileChunk = 12,   // payload: bytes of the file being written
+  kFileCommit = 13,  // {}: the file is complete; rename it into place
+  kWatch = 14,       // {"path", "user", "recursive"} -> kWatchEvent...
   // agent -> daemon
   kHelloReply = 100,   // {"version": 1, "pid": N}
   kStarted = 101,      // channel: process; {"pid": N, "tag": ""}
@@ -50,6 +57,10 @@ enum class MessageType : uint16_t {
   kProcessList = 105,  // {"processes": [{"channel", "pid", "argv", "running", "tag"}]}
   kTruncated = 106,    // channel: process; {"from": N, "to": M}: bytes N..M left the ring
   kCaughtUp = 107,     // channel: process; {"offset": N}: an attach without follow replayed all
+  kFileResult = 108,   // the answer of kFileOp / kFileCommit: an entry, or {"entries": [...]}
+  kFileData = 109,     // payload: the next bytes of the file being read
+  kFileEnd = 110,      // {"size": N}: the file being read is complete
+  kWatchEvent = 111,   // {"type": "watching"|"create"|"write"|"remove"|"rename"|"chmod", ...}
 };
 
 struct Message {

@@ -9,9 +9,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "server/commands.h"
+#include "server/files.h"
+#include "server/gzip.h"
 
 namespace brig::server {
 namespace {
@@ -190,6 +193,19 @@ absl::StatusOr<CreateRequest> ParseCreate(const Json& body) {
   return r;
 }
 
+// {"rows": N, "cols": N}, each 1-10000.
+absl::StatusOr<std::pair<int, int>> ParseTerminalSize(const Json& body) {
+  Fields f(body);
+  BRIG_RETURN_IF_ERROR(f.OnlyKnown({"rows", "cols"}));
+  if (!f.Has("rows") || !f.Has("cols")) {
+    return absl::InvalidArgumentError("a terminal size needs \"rows\" and \"cols\"");
+  }
+  int rows = 0, cols = 0;
+  BRIG_RETURN_IF_ERROR(f.Integer("rows", &rows, 1, 10000));
+  BRIG_RETURN_IF_ERROR(f.Integer("cols", &cols, 1, 10000));
+  return std::make_pair(rows, cols);
+}
+
 struct CommandRequest {
   ExecRequest exec;
   bool background = false;
@@ -198,7 +214,7 @@ struct CommandRequest {
 absl::StatusOr<CommandRequest> ParseCommand(const Json& body, const StringMap& sandbox_env) {
   Fields f(body);
   BRIG_RETURN_IF_ERROR(f.OnlyKnown(
-      {"cmd", "argv", "env", "cwd", "user", "timeout", "background", "stdin", "tag"}));
+      {"cmd", "argv", "env", "cwd", "user", "timeout", "background", "stdin", "tag", "pty"}));
   CommandRequest r;
   if (f.Has("cmd") == f.Has("argv")) {
     return absl::InvalidArgumentError("give exactly one of \"cmd\" and \"argv\"");
@@ -227,6 +243,12 @@ absl::StatusOr<CommandRequest> ParseCommand(const Json& body, const StringMap& s
   BRIG_RETURN_IF_ERROR(f.Bool("background", &r.background));
   BRIG_RETURN_IF_ERROR(f.Bool("stdin", &r.exec.stdin_open));
   BRIG_RETURN_IF_ERROR(f.String("tag", &r.exec.tag));
+  if (f.Has("pty")) {
+    if (!body["pty"].is_object()) {
+      return absl::InvalidArgumentError("field \"pty\" must be {\"rows\": N, \"cols\": N}");
+    }
+    BRIG_ASSIGN_OR_RETURN(r.exec.pty, ParseTerminalSize(body["pty"]));
+  }
   return r;
 }
 
@@ -328,6 +350,7 @@ struct Call {
 }  // namespace
 
 int HttpStatusOf(const absl::Status& status) {
+  if (int code = HttpStatusFromPayload(status); code >= 400 && code <= 599) return code;
   switch (status.code()) {
     case absl::StatusCode::kOk:
       return 200;
@@ -513,6 +536,17 @@ absl::Status CommandSignal(SandboxManager& m, Call& c) {
   return absl::OkStatus();
 }
 
+absl::Status CommandResize(SandboxManager& m, Call& c) {
+  BRIG_RETURN_IF_ERROR(NoQuery(c));
+  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
+  BRIG_ASSIGN_OR_RETURN(int pid, ParsePid(c.params["pid"]));
+  BRIG_ASSIGN_OR_RETURN(Json body, ParseObject(c.request.body));
+  BRIG_ASSIGN_OR_RETURN(auto size, ParseTerminalSize(body));
+  BRIG_RETURN_IF_ERROR(ResizeTerminal(target.agent_socket, pid, size.first, size.second));
+  c.out.Send(204, nullptr);
+  return absl::OkStatus();
+}
+
 absl::Status CommandWait(SandboxManager& m, Call& c) {
   BRIG_RETURN_IF_ERROR(NoQuery(c));
   BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
@@ -520,6 +554,167 @@ absl::Status CommandWait(SandboxManager& m, Call& c) {
   BRIG_ASSIGN_OR_RETURN(Json exit, WaitProcess(target.agent_socket, pid, c.deadline));
   c.out.Send(200, exit);
   return absl::OkStatus();
+}
+
+// ---- Files ----
+
+// The query of a files route: only `allowed` keys; `path` required.
+absl::Status CheckQuery(const Call& c, std::initializer_list<absl::string_view> allowed) {
+  for (auto& [key, value] : c.query) {
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown query parameter \"", key, "\""));
+    }
+  }
+  if (!c.query.count("path") || c.query.at("path").empty()) {
+    return absl::InvalidArgumentError("the query parameter \"path\" is required");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> UserParam(const std::string& user) {
+  if (user.empty()) return std::string("user");
+  if (user != "user" && user != "root") {
+    return absl::InvalidArgumentError("user must be \"user\" or \"root\"");
+  }
+  return user;
+}
+
+std::string QueryValue(const Call& c, const std::string& key) {
+  auto it = c.query.find(key);
+  return it == c.query.end() ? "" : it->second;
+}
+
+bool Accepts(absl::string_view header, absl::string_view coding) {
+  for (absl::string_view part : absl::StrSplit(header, ',')) {
+    part = absl::StripAsciiWhitespace(part.substr(0, part.find(';')));
+    if (absl::EqualsIgnoreCase(part, coding)) return true;
+  }
+  return false;
+}
+
+absl::Status Download(SandboxManager& m, Call& c) {
+  BRIG_RETURN_IF_ERROR(CheckQuery(c, {"path", "user"}));
+  BRIG_ASSIGN_OR_RETURN(std::string user, UserParam(QueryValue(c, "user")));
+  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
+  const bool gzip = Accepts(c.request.accept_encoding, "gzip");
+  bool responding = false;  // the response started (with the first byte)
+  auto start = [&] {
+    responding = true;
+    return c.out.StartBytes("application/octet-stream", gzip ? "gzip" : "");
+  };
+  std::optional<GzipWriter> compress;
+  auto to_client = [&c](absl::string_view bytes) { return c.out.WriteBytes(bytes); };
+  if (gzip) compress.emplace(to_client);
+  bool read_any = false;
+  absl::Status s = ReadFileTo(
+      target.agent_socket, QueryValue(c, "path"), user,
+      [&](absl::string_view bytes) {
+        if (!responding && !start()) return false;
+        return compress ? compress->Write(bytes) : to_client(bytes);
+      },
+      &read_any);
+  if (!s.ok() && !responding) return s;
+  if (!s.ok()) {
+    c.out.Abort();
+    return absl::OkStatus();
+  }
+  if (!responding) start();  // an empty file
+  if (compress) compress->Finish();
+  return absl::OkStatus();
+}
+
+absl::Status Upload(SandboxManager& m, Call& c) {
+  BRIG_RETURN_IF_ERROR(CheckQuery(c, {"path", "user", "mode"}));
+  BRIG_ASSIGN_OR_RETURN(std::string user, UserParam(QueryValue(c, "user")));
+  int mode = 0644;
+  if (std::string text = QueryValue(c, "mode"); !text.empty()) {
+    char* end = nullptr;
+    long value = std::strtol(text.c_str(), &end, 8);
+    if (*end != '\0' || value < 0 || value > 07777) {
+      return absl::InvalidArgumentError("mode must be octal permission bits, e.g. 0644");
+    }
+    mode = static_cast<int>(value);
+  }
+  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
+  ByteSource body = [&c](char* out, size_t size) { return c.request.read_body(out, size); };
+  if (absl::EqualsIgnoreCase(c.request.content_encoding, "gzip")) {
+    body = GunzipSource(body);
+  } else if (!c.request.content_encoding.empty() &&
+             !absl::EqualsIgnoreCase(c.request.content_encoding, "identity")) {
+    return absl::InvalidArgumentError("Content-Encoding must be gzip or identity");
+  }
+  BRIG_ASSIGN_OR_RETURN(Json entry,
+                        WriteFileFrom(target.agent_socket, QueryValue(c, "path"), user, mode, body));
+  c.out.Send(200, entry);
+  return absl::OkStatus();
+}
+
+// stat, list, remove: the query names the path.
+absl::Status FileQueryOp(SandboxManager& m, Call& c, const char* op) {
+  const bool list = std::string(op) == "list";
+  BRIG_RETURN_IF_ERROR(list ? CheckQuery(c, {"path", "user", "depth"})
+                            : CheckQuery(c, {"path", "user"}));
+  BRIG_ASSIGN_OR_RETURN(std::string user, UserParam(QueryValue(c, "user")));
+  Json request = {{"op", op}, {"path", QueryValue(c, "path")}, {"user", user}};
+  if (list) {
+    int depth = 1;
+    if (std::string text = QueryValue(c, "depth");
+        !text.empty() && (!absl::SimpleAtoi(text, &depth) || depth < 1 || depth > 16)) {
+      return absl::InvalidArgumentError("depth must be 1-16");
+    }
+    request["depth"] = depth;
+  }
+  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
+  BRIG_ASSIGN_OR_RETURN(Json result, FileOperation(target.agent_socket, request));
+  if (std::string(op) == "remove") {
+    c.out.Send(204, nullptr);
+  } else {
+    c.out.Send(200, result);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StatFile(SandboxManager& m, Call& c) { return FileQueryOp(m, c, "stat"); }
+absl::Status ListFiles(SandboxManager& m, Call& c) { return FileQueryOp(m, c, "list"); }
+absl::Status RemoveFile(SandboxManager& m, Call& c) { return FileQueryOp(m, c, "remove"); }
+
+// mkdir, move: the body names the paths.
+absl::Status FileBodyOp(SandboxManager& m, Call& c, const char* op) {
+  BRIG_RETURN_IF_ERROR(NoQuery(c));
+  BRIG_ASSIGN_OR_RETURN(Json body, ParseObject(c.request.body));
+  Fields f(body);
+  const bool move = std::string(op) == "move";
+  BRIG_RETURN_IF_ERROR(move ? f.OnlyKnown({"from", "to", "user"}) : f.OnlyKnown({"path", "user"}));
+  std::string path, to, user;
+  BRIG_RETURN_IF_ERROR(f.String(move ? "from" : "path", &path));
+  BRIG_RETURN_IF_ERROR(f.String("to", &to));
+  BRIG_RETURN_IF_ERROR(f.String("user", &user));
+  if (path.empty() || (move && to.empty())) {
+    return absl::InvalidArgumentError(move ? "move needs \"from\" and \"to\""
+                                           : "mkdir needs \"path\"");
+  }
+  BRIG_ASSIGN_OR_RETURN(user, UserParam(user));
+  Json request = {{"op", op}, {"path", path}, {"user", user}};
+  if (move) request["to"] = to;
+  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
+  BRIG_ASSIGN_OR_RETURN(Json result, FileOperation(target.agent_socket, request));
+  c.out.Send(200, result);
+  return absl::OkStatus();
+}
+
+absl::Status MakeDir(SandboxManager& m, Call& c) { return FileBodyOp(m, c, "mkdir"); }
+absl::Status MoveFile(SandboxManager& m, Call& c) { return FileBodyOp(m, c, "move"); }
+
+absl::Status WatchFiles(SandboxManager& m, Call& c) {
+  BRIG_RETURN_IF_ERROR(CheckQuery(c, {"path", "user", "recursive"}));
+  BRIG_ASSIGN_OR_RETURN(std::string user, UserParam(QueryValue(c, "user")));
+  std::string recursive = QueryValue(c, "recursive");
+  if (!recursive.empty() && recursive != "true" && recursive != "false") {
+    return absl::InvalidArgumentError("recursive must be true or false");
+  }
+  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
+  return WatchDirectory(target.agent_socket, QueryValue(c, "path"), user, recursive == "true",
+                        ControlOf(c), SinkOf(c));
 }
 
 struct Route {
@@ -543,7 +738,16 @@ constexpr Route kRoutes[] = {
     {"POST", "/v1/sandboxes/{id}/commands/{pid}/stdin", CommandStdin, false},
     {"POST", "/v1/sandboxes/{id}/commands/{pid}/stdin/close", CommandCloseStdin, false},
     {"POST", "/v1/sandboxes/{id}/commands/{pid}/signal", CommandSignal, false},
+    {"POST", "/v1/sandboxes/{id}/commands/{pid}/resize", CommandResize, false},
     {"GET", "/v1/sandboxes/{id}/commands/{pid}/wait", CommandWait, false},
+    {"GET", "/v1/sandboxes/{id}/files", Download, true},
+    {"PUT", "/v1/sandboxes/{id}/files", Upload, true},
+    {"DELETE", "/v1/sandboxes/{id}/files", RemoveFile, false},
+    {"GET", "/v1/sandboxes/{id}/files/stat", StatFile, false},
+    {"GET", "/v1/sandboxes/{id}/files/list", ListFiles, false},
+    {"POST", "/v1/sandboxes/{id}/files/mkdir", MakeDir, false},
+    {"POST", "/v1/sandboxes/{id}/files/move", MoveFile, false},
+    {"GET", "/v1/sandboxes/{id}/files/watch", WatchFiles, true},
 };
 
 bool Match(absl::string_view pattern, const std::vector<std::string>& path,
@@ -586,6 +790,13 @@ absl::StatusOr<std::optional<Clock::time_point>> RequestDeadline(
 }
 
 }  // namespace
+
+bool Api::BodyStreams(const std::string& method, const std::string& path) {
+  // Uploads: PUT /v1/sandboxes/{id}/files.
+  std::vector<absl::string_view> parts = absl::StrSplit(path, '/', absl::SkipEmpty());
+  return method == "PUT" && parts.size() == 4 && parts[0] == "v1" && parts[1] == "sandboxes" &&
+         parts[3] == "files";
+}
 
 void Api::Handle(const HttpRequest& request, Responder& out) const {
   if (request.path == "/health") {

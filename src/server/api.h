@@ -19,6 +19,8 @@ class Api {
  public:
   Api(SandboxManager& sandboxes, const ApiKey& key) : sandboxes_(sandboxes), key_(key) {}
   void Handle(const HttpRequest& request, Responder& out) const;
+  // Whether a request's body streams to its route (uploads) rather than being read whole.
+  static bool BodyStreams(const std::string& method, const std::string& path);
 
  private:
   SandboxManager& sandboxes_;

@@ -13,6 +13,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -30,6 +31,9 @@ struct ExecRequest {
   std::chrono::milliseconds timeout{0};  // 0: none; then the process group is killed
   bool stdin_open = false;
   std::string tag;
+  // Run it on a pseudo-terminal of this size (rows, cols): output comes as stdout, stdin is
+  // always open and typed into the terminal.
+  std::optional<std::pair<int, int>> pty;
 };
 
 // How long a stream may go on, and how to notice that its reader left.
@@ -61,6 +65,8 @@ absl::StatusOr<Json> ListProcesses(const std::string& agent_socket);
 absl::Status WriteStdin(const std::string& agent_socket, int pid, absl::string_view bytes);
 absl::Status CloseStdin(const std::string& agent_socket, int pid);
 absl::Status SignalProcess(const std::string& agent_socket, int pid, int signal);
+// Sets the terminal size of a process started with a pty (it gets SIGWINCH).
+absl::Status ResizeTerminal(const std::string& agent_socket, int pid, int rows, int cols);
 
 // Waits for the process to exit: {"exit_code"} or {"signal"} (and "timed_out").
 // DeadlineExceeded when `deadline` passes first.

@@ -9,6 +9,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <limits>
 #include <condition_variable>
 #include <mutex>
 #include <set>
@@ -112,43 +113,77 @@ class Connection final : public Responder {
       : socket_(std::move(socket)), watchdog_(watchdog) {}
 
   // Serves requests until the client closes, an error, or a response that ends the connection.
-  void Serve(const Handler& handler) {
+  void Serve(const Handler& handler, const BodyStreams& body_streams) {
     boost::beast::flat_buffer buffer;
     for (;;) {
-      http::request_parser<http::string_body> parser;
-      parser.header_limit(kHeaderLimit);
-      parser.body_limit(kBodyLimit);
+      http::request_parser<http::empty_body> header;
+      header.header_limit(kHeaderLimit);
+      header.body_limit(std::numeric_limits<std::uint64_t>::max());
       boost::system::error_code ec;
       {
         Guarded guard(watchdog_, fd(), kReadRequestTimeout);
-        http::read(socket_, buffer, parser, ec);
+        http::read_header(socket_, buffer, header, ec);
       }
-      if (ec == http::error::end_of_stream || ec == asio::error::eof ||
-          ec == asio::error::connection_reset) {
-        return;
+      if (!ec) {
+        keep_alive_ = header.get().keep_alive();
+        version_ = header.get().version();
       }
-      if (ec == http::error::body_limit) {
-        keep_alive_ = false;
-        Send(413, {{"code", 413}, {"message", "the body is over 1 MiB"}});
-        return;
-      }
-      if (ec == http::error::header_limit) {
-        keep_alive_ = false;
-        Send(431, {{"code", 431}, {"message", "the headers are over 16 KiB"}});
-        return;
-      }
+      if (IsClosed(ec) || (ec && !header.got_some())) return;
       if (ec) {
-        if (parser.got_some()) {
-          keep_alive_ = false;
+        keep_alive_ = false;
+        if (ec == http::error::header_limit) {
+          Send(431, {{"code", 431}, {"message", "the headers are over 16 KiB"}});
+        } else {
           Send(400, {{"code", 400}, {"message", "malformed HTTP request: " + ec.message()}});
         }
         return;
       }
-      http::request<http::string_body> req = parser.release();
-      keep_alive_ = req.keep_alive();
-      version_ = req.version();
       responded_ = streaming_ = false;
-      handler(ToRequest(req), *this);
+      HttpRequest request = ToRequest(header.get());
+      bool body_done = true;
+      if (body_streams(request.method, request.path)) {
+        http::request_parser<http::buffer_body> body(std::move(header));
+        bool failed = false;
+        request.read_body = [&](char* out, size_t size) -> absl::StatusOr<size_t> {
+          if (body.is_done() || size == 0) return 0;
+          body.get().body().data = out;
+          body.get().body().size = size;
+          boost::system::error_code read_ec;
+          Guarded guard(watchdog_, fd(), kReadRequestTimeout);
+          http::read(socket_, buffer, body, read_ec);
+          if (read_ec == http::error::need_buffer) read_ec = {};
+          if (read_ec) {
+            failed = true;
+            return absl::InvalidArgumentError("reading the body: " + read_ec.message());
+          }
+          return size - body.get().body().size;
+        };
+        handler(request, *this);
+        body_done = body.is_done() && !failed;
+      } else {
+        http::request_parser<http::string_body> whole(std::move(header));
+        whole.body_limit(kBodyLimit);
+        {
+          Guarded guard(watchdog_, fd(), kReadRequestTimeout);
+          http::read(socket_, buffer, whole, ec);
+        }
+        if (ec == http::error::body_limit) {
+          keep_alive_ = false;
+          Send(413, {{"code", 413}, {"message", "the body is over 1 MiB"}});
+          return;
+        }
+        if (ec) {
+          keep_alive_ = false;
+          if (!IsClosed(ec)) {
+            Send(400, {{"code", 400}, {"message", "malformed HTTP request: " + ec.message()}});
+          }
+          return;
+        }
+        request.body = whole.get().body();
+        handler(request, *this);
+      }
+      // A body left unread cannot be skipped on a kept-alive connection.
+      if (!body_done) keep_alive_ = false;
       if (streaming_) {
         EndStream();
       } else if (!responded_) {
@@ -176,24 +211,40 @@ class Connection final : public Responder {
   }
 
   bool WriteLine(const Json& line) override {
-    if (broken_ || responded_) return false;
+    if (!streaming_ && !StartBytes("application/x-ndjson", "")) return false;
+    return WriteBytes(line.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n");
+  }
+
+  bool StartBytes(const std::string& content_type, const std::string& content_encoding) override {
+    if (broken_ || responded_ || streaming_) return false;
+    streaming_ = true;
+    http::response<http::empty_body> res{http::status::ok, version_};
+    res.set(http::field::server, "brig");
+    res.set(http::field::content_type, content_type);
+    if (!content_encoding.empty()) res.set(http::field::content_encoding, content_encoding);
+    res.keep_alive(keep_alive_);
+    res.chunked(true);
+    http::response_serializer<http::empty_body> serializer{res};
     boost::system::error_code ec;
     Guarded guard(watchdog_, fd(), kWriteTimeout);
-    if (!streaming_) {
-      streaming_ = true;
-      http::response<http::empty_body> res{http::status::ok, version_};
-      res.set(http::field::server, "brig");
-      res.set(http::field::content_type, "application/x-ndjson");
-      res.keep_alive(keep_alive_);
-      res.chunked(true);
-      http::response_serializer<http::empty_body> serializer{res};
-      http::write_header(socket_, serializer, ec);
-      if (ec) return !(broken_ = true);
-    }
-    std::string text = line.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
-    asio::write(socket_, http::make_chunk(asio::buffer(text)), ec);
+    http::write_header(socket_, serializer, ec);
     if (ec) broken_ = true;
     return !broken_;
+  }
+
+  bool WriteBytes(absl::string_view bytes) override {
+    if (broken_ || !streaming_) return false;
+    if (bytes.empty()) return true;  // an empty chunk would end the response
+    boost::system::error_code ec;
+    Guarded guard(watchdog_, fd(), kWriteTimeout);
+    asio::write(socket_, http::make_chunk(asio::buffer(bytes.data(), bytes.size())), ec);
+    if (ec) broken_ = true;
+    return !broken_;
+  }
+
+  void Abort() override {
+    broken_ = true;
+    ::shutdown(fd(), SHUT_RDWR);
   }
 
   bool ClientGone() override {
@@ -212,7 +263,12 @@ class Connection final : public Responder {
     if (ec) broken_ = true;
   }
 
-  static HttpRequest ToRequest(const http::request<http::string_body>& req) {
+  static bool IsClosed(const boost::system::error_code& ec) {
+    return ec == http::error::end_of_stream || ec == asio::error::eof ||
+           ec == asio::error::connection_reset;
+  }
+
+  static HttpRequest ToRequest(const http::request<http::empty_body>& req) {
     HttpRequest out;
     out.method = std::string(req.method_string());
     absl::string_view target(req.target().data(), req.target().size());
@@ -229,7 +285,12 @@ class Connection final : public Responder {
       out.authorization = std::string(it->value());
     }
     if (auto it = req.find("X-API-Key"); it != req.end()) out.api_key = std::string(it->value());
-    out.body = req.body();
+    if (auto it = req.find(http::field::accept_encoding); it != req.end()) {
+      out.accept_encoding = std::string(it->value());
+    }
+    if (auto it = req.find(http::field::content_encoding); it != req.end()) {
+      out.content_encoding = std::string(it->value());
+    }
     return out;
   }
 
@@ -246,8 +307,11 @@ class Connection final : public Responder {
 
 class HttpServer::Impl {
  public:
-  Impl(Handler handler, size_t max_connections)
-      : handler_(std::move(handler)), max_connections_(max_connections), acceptor_(io_) {}
+  Impl(Handler handler, BodyStreams body_streams, size_t max_connections)
+      : handler_(std::move(handler)),
+        body_streams_(std::move(body_streams)),
+        max_connections_(max_connections),
+        acceptor_(io_) {}
 
   absl::Status Listen(const std::string& listen) {
     size_t colon = listen.rfind(':');
@@ -315,7 +379,7 @@ class HttpServer::Impl {
         open_.insert(connection->fd());
       }
       std::thread([this, connection]() mutable {
-        connection->Serve(handler_);
+        connection->Serve(handler_, body_streams_);
         std::lock_guard<std::mutex> lock(mu_);
         open_.erase(connection->fd());
         connection.reset();  // closes the socket before Stop() may see the set empty
@@ -325,6 +389,7 @@ class HttpServer::Impl {
   }
 
   Handler handler_;
+  BodyStreams body_streams_;
   size_t max_connections_;
   asio::io_context io_;
   tcp::acceptor acceptor_;
@@ -342,8 +407,10 @@ HttpServer::~HttpServer() { Stop(); }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
                                                               Handler handler,
+                                                              BodyStreams body_streams,
                                                               size_t max_connections) {
-  auto impl = std::make_unique<Impl>(std::move(handler), max_connections);
+  auto impl = std::make_unique<Impl>(std::move(handler), std::move(body_streams),
+                                     max_connections);
   BRIG_RETURN_IF_ERROR(impl->Listen(listen));
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }

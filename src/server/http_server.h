@@ -23,7 +23,12 @@ struct HttpRequest {
   std::map<std::string, std::string> query;  // percent-decoded; a repeated key keeps the last
   std::string authorization;                 // the Authorization header
   std::string api_key;                       // the X-API-Key header
-  std::string body;
+  std::string accept_encoding;               // the Accept-Encoding header
+  std::string content_encoding;              // the Content-Encoding header
+  std::string body;  // the whole body (at most 1 MiB), unless it is streamed:
+  // Routes whose body streams (BodyStreams) read it here instead, piece by piece: the bytes
+  // read into `buffer`, 0 at the end of the body.
+  std::function<absl::StatusOr<size_t>(char* buffer, size_t size)> read_body;
 };
 
 // How a handler answers: either one Send, or a stream of lines.
@@ -34,17 +39,28 @@ class Responder {
   virtual void Send(int status, const nlohmann::json& body) = 0;
   // One NDJSON line; the first starts a chunked 200 response. False when the client is gone.
   virtual bool WriteLine(const nlohmann::json& line) = 0;
+  // A chunked 200 response of raw bytes: Start once, then Write each piece. False when the
+  // client is gone.
+  virtual bool StartBytes(const std::string& content_type, const std::string& content_encoding) = 0;
+  virtual bool WriteBytes(absl::string_view bytes) = 0;
+  // Ends a started response without its terminating chunk and closes the connection, so that
+  // the client sees a failure rather than a complete body (a transfer that broke midway).
+  virtual void Abort() = 0;
   // Whether the client has closed its end (checked without blocking, while a stream is idle).
   virtual bool ClientGone() = 0;
 };
 
 using Handler = std::function<void(const HttpRequest&, Responder&)>;
+// Whether a request (by method and path) streams its body through read_body instead of
+// having it read whole (and bounded to 1 MiB) first.
+using BodyStreams = std::function<bool(const std::string& method, const std::string& path)>;
 
 class HttpServer {
  public:
   // Listens on "host:port" (IPv4, or [IPv6]; port 0 picks one) and serves until Stop().
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& listen,
                                                            Handler handler,
+                                                           BodyStreams body_streams,
                                                            size_t max_connections = 1024);
   ~HttpServer();  // Stop()
 
