@@ -81,6 +81,22 @@ absl::StatusOr<ApiClient::Response> ApiClient::Call(const std::string& method,
 absl::Status ApiClient::Stream(const std::string& method, const std::string& target,
                                const std::optional<Json>& body,
                                const std::function<bool(const Json&)>& on_line) const {
+  std::optional<std::string> bytes;
+  if (body) bytes = body->dump();
+  return Exchange(method, target, bytes, "application/json", on_line);
+}
+
+absl::Status ApiClient::CallBytes(const std::string& method, const std::string& target,
+                                  const std::string& bytes) const {
+  return Exchange(method, target, bytes, "application/octet-stream", [](const Json&) {
+    return true;
+  });
+}
+
+absl::Status ApiClient::Exchange(const std::string& method, const std::string& target,
+                                 const std::optional<std::string>& body,
+                                 const std::string& content_type,
+                                 const std::function<bool(const Json&)>& on_line) const {
   asio::io_context io;
   tcp::socket socket(io);
   boost::system::error_code ec;
@@ -95,8 +111,8 @@ absl::Status ApiClient::Stream(const std::string& method, const std::string& tar
   req.set(http::field::authorization, "Bearer " + key_);
   req.set(http::field::connection, "close");
   if (body) {
-    req.set(http::field::content_type, "application/json");
-    req.body() = body->dump();
+    req.set(http::field::content_type, content_type);
+    req.body() = *body;
   }
   req.prepare_payload();
   http::write(socket, req, ec);

@@ -31,8 +31,14 @@ class ApiClient {
   absl::Status Stream(const std::string& method, const std::string& target,
                       const std::optional<nlohmann::json>& body,
                       const std::function<bool(const nlohmann::json&)>& on_line) const;
+  // Sends raw bytes as the body (the stdin route); the answer is checked, not returned.
+  absl::Status CallBytes(const std::string& method, const std::string& target,
+                         const std::string& bytes) const;
 
  private:
+  absl::Status Exchange(const std::string& method, const std::string& target,
+                        const std::optional<std::string>& body, const std::string& content_type,
+                        const std::function<bool(const nlohmann::json&)>& on_line) const;
   ApiClient(std::string host, unsigned short port, std::string key)
       : host_(std::move(host)), port_(port), key_(std::move(key)) {}
   std::string host_;

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+
+#include "base/status.h"
 #include <string>
 #include <vector>
 
@@ -36,6 +38,10 @@ struct RemoteFlags {
   bool json = false;  // machine-readable output
 };
 
+class ApiClient;
+// The daemon's client for these flags (see RemoteFlags).
+absl::StatusOr<ApiClient> ConnectToDaemon(const RemoteFlags& remote);
+
 struct CreateFlags {
   std::string template_name = "base", name, memory = "512M", disk = "1G", timeout = "300s";
   double cpus = 0;
@@ -68,6 +74,13 @@ struct LogsFlags {
   bool follow = false;
 };
 int LogsCommand(const RemoteFlags& remote, const LogsFlags& flags);
+
+struct ShellFlags {
+  std::string id, workdir, user = "user";
+  std::vector<std::string> command;  // empty: a login shell
+};
+// `brig shell`: an interactive terminal in a sandbox.
+int ShellCommand(const RemoteFlags& remote, const ShellFlags& flags);
 
 // `brig run --remote`: create a sandbox through the daemon, run the command, kill it.
 int RemoteRunCommand(const RemoteFlags& remote, const RunFlags& flags);

@@ -27,11 +27,11 @@ int FindCommandSeparator(int argc, char** argv) {
       if (kTakesValue.count(arg)) ++i;
       continue;
     }
-    if (subcommand.empty() && (arg == "run" || arg == "exec")) {
+    if (subcommand.empty() && (arg == "run" || arg == "exec" || arg == "shell")) {
       subcommand = arg;
       continue;
     }
-    if (subcommand == "exec" && positionals++ == 0) continue;
+    if (subcommand != "run" && positionals++ == 0) continue;  // exec's and shell's id
     return -1;
   }
   return -1;
@@ -114,6 +114,13 @@ int main(int argc, char** argv) {
   timeout_cmd->add_option("seconds", timeout_value, "seconds (or 5m, 1h...)")->required();
   timeout_cmd->add_flag("--json", remote.json, "print the sandbox as JSON");
 
+  brig::ShellFlags shell;
+  CLI::App* shell_cmd =
+      app.add_subcommand("shell", "an interactive terminal in a sandbox: shell ID [-- CMD]");
+  shell_cmd->add_option("--workdir,-w", shell.workdir, "working directory");
+  shell_cmd->add_option("--user,-u", shell.user, "user or root");
+  shell_cmd->prefix_command();
+
   brig::LogsFlags logs;
   CLI::App* logs_cmd = app.add_subcommand("logs", "print a process's output: logs ID PID");
   logs_cmd->add_option("id", logs.id, "sandbox id")->required();
@@ -165,6 +172,17 @@ int main(int argc, char** argv) {
     exec.command.assign(rest.begin() + 1, rest.end());
     exec.command.insert(exec.command.end(), after_dashes.begin(), after_dashes.end());
     return brig::ExecCommand(remote, exec);
+  }
+  if (shell_cmd->parsed()) {
+    std::vector<std::string> rest = shell_cmd->remaining();
+    if (rest.empty()) {
+      std::fprintf(stderr, "brig: shell needs a sandbox id: brig shell ID [-- CMD ARGS]\n");
+      return brig::kExitBrigError;
+    }
+    shell.id = rest.front();
+    shell.command.assign(rest.begin() + 1, rest.end());
+    shell.command.insert(shell.command.end(), after_dashes.begin(), after_dashes.end());
+    return brig::ShellCommand(remote, shell);
   }
   if (serve_cmd->parsed()) {
     serve.state_dir = state_dir;

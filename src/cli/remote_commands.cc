@@ -32,7 +32,9 @@ std::string FirstOf(const std::string& flag, const char* env, const std::string&
   return text.ok() ? std::string(absl::StripAsciiWhitespace(*text)) : "";
 }
 
-absl::StatusOr<ApiClient> Connect(const RemoteFlags& remote) {
+}  // namespace
+
+absl::StatusOr<ApiClient> ConnectToDaemon(const RemoteFlags& remote) {
   std::string url = FirstOf(remote.url, "BRIG_URL", remote.state_dir + "/url");
   std::string key = FirstOf(remote.api_key, "BRIG_API_KEY", remote.state_dir + "/api-key");
   if (url.empty()) url = "http://127.0.0.1:7878";
@@ -43,6 +45,8 @@ absl::StatusOr<ApiClient> Connect(const RemoteFlags& remote) {
   }
   return ApiClient::Create(url, key);
 }
+
+namespace {
 
 absl::StatusOr<Json> PairsToObject(const std::vector<std::string>& pairs, const char* what) {
   Json out = Json::object();
@@ -164,7 +168,7 @@ std::string Age(const Json& sandbox) {
 }  // namespace
 
 int CreateCommand(const RemoteFlags& remote, const CreateFlags& flags) {
-  auto client = Connect(remote);
+  auto client = ConnectToDaemon(remote);
   if (!client.ok()) return Fail(client.status());
   auto body = CreateBody(flags);
   if (!body.ok()) return Fail(body.status());
@@ -179,7 +183,7 @@ int CreateCommand(const RemoteFlags& remote, const CreateFlags& flags) {
 }
 
 int ListCommand(const RemoteFlags& remote, const ListFlags& flags) {
-  auto client = Connect(remote);
+  auto client = ConnectToDaemon(remote);
   if (!client.ok()) return Fail(client.status());
   std::vector<std::string> query = {"limit=1000"};
   if (!flags.state.empty()) query.push_back("state=" + flags.state);
@@ -202,13 +206,13 @@ int ListCommand(const RemoteFlags& remote, const ListFlags& flags) {
 }
 
 int ExecCommand(const RemoteFlags& remote, const ExecFlags& flags) {
-  auto client = Connect(remote);
+  auto client = ConnectToDaemon(remote);
   if (!client.ok()) return Fail(client.status());
   return Exec(*client, remote, flags);
 }
 
 int KillCommand(const RemoteFlags& remote, const std::string& id) {
-  auto client = Connect(remote);
+  auto client = ConnectToDaemon(remote);
   if (!client.ok()) return Fail(client.status());
   auto r = client->Call("DELETE", "/v1/sandboxes/" + id);
   if (!r.ok()) return Fail(r.status());
@@ -216,7 +220,7 @@ int KillCommand(const RemoteFlags& remote, const std::string& id) {
 }
 
 int TimeoutCommand(const RemoteFlags& remote, const std::string& id, const std::string& timeout) {
-  auto client = Connect(remote);
+  auto client = ConnectToDaemon(remote);
   if (!client.ok()) return Fail(client.status());
   // A bare number is seconds.
   auto seconds = Seconds(std::all_of(timeout.begin(), timeout.end(), ::isdigit) ? timeout + "s"
@@ -237,7 +241,7 @@ int TimeoutCommand(const RemoteFlags& remote, const std::string& id, const std::
 }
 
 int LogsCommand(const RemoteFlags& remote, const LogsFlags& flags) {
-  auto client = Connect(remote);
+  auto client = ConnectToDaemon(remote);
   if (!client.ok()) return Fail(client.status());
   StreamPrinter printer;
   absl::Status s = client->Stream(
@@ -250,7 +254,7 @@ int LogsCommand(const RemoteFlags& remote, const LogsFlags& flags) {
 }
 
 int RemoteRunCommand(const RemoteFlags& remote, const RunFlags& flags) {
-  auto client = Connect(remote);
+  auto client = ConnectToDaemon(remote);
   if (!client.ok()) return Fail(client.status());
   CreateFlags create;
   create.memory = flags.memory;

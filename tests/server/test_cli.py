@@ -20,6 +20,58 @@ def brig(*args, env=None, timeout=60):
                           timeout=timeout)
 
 
+class ShellTest(DaemonTestCase):
+    """`brig shell` on a real pseudo-terminal: raw keystrokes in, the shell's terminal out,
+    a window-size change becomes a resize, the shell's exit code becomes brig's."""
+
+    def test_interactive_shell(self):
+        import fcntl, pty, select, struct, termios
+        sid = self.create()["id"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BRIG_")}
+        env.update({"BRIG_URL": self.daemon.url, "BRIG_API_KEY": self.daemon.key,
+                    "TERM": "xterm"})
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execve(BRIG, [BRIG, "shell", sid], env)
+        seen = b""
+
+        def until(needle, timeout=15):
+            nonlocal seen
+            deadline = time.monotonic() + timeout
+            while needle not in seen and time.monotonic() < deadline:
+                ready, _, _ = select.select([fd], [], [], 0.2)
+                if ready:
+                    try:
+                        seen += os.read(fd, 4096)
+                    except OSError:
+                        break
+            return needle in seen
+
+        try:
+            self.assertTrue(until(b"$ "), seen)
+            os.write(fd, b"echo $((6*7)); tty\r")
+            self.assertTrue(until(b"42\r\n/dev/pts/"), seen)
+            fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 99, 0, 0))
+            os.kill(pid, 28)  # SIGWINCH, as the terminal would send
+            self.assertTrue(wait_for(lambda: os.write(fd, b"stty size\r") and until(b"33 99", 1),
+                                     10), seen)
+            os.write(fd, b"exit 7\r")
+            _, status = os.waitpid(pid, 0)
+            pid = None
+            self.assertEqual(os.waitstatus_to_exitcode(status), 7)
+        finally:
+            if pid:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+            os.close(fd)
+
+    def test_needs_a_terminal(self):
+        sid = self.create()["id"]
+        r = brig("shell", sid, env={"BRIG_URL": self.daemon.url, "BRIG_API_KEY": self.daemon.key})
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("terminal", r.stderr)
+
+
 class CliTest(DaemonTestCase):
 
     def brig(self, *args, timeout=60, **env):
