@@ -10,8 +10,8 @@ packages=(
   libabsl-dev libseccomp-dev libcli11-dev nlohmann-json3-dev
   libboost-dev libsqlite3-dev libssl-dev zlib1g-dev
   # tests and benchmarks (bubblewrap: the benchmark's peer; python3: programs run in sandboxes;
-  # clang and its runtime: the libFuzzer targets)
-  libgtest-dev libgmock-dev bubblewrap python3 clang libclang-rt-14-dev
+  # python3-yaml: the OpenAPI test; clang and its runtime: the libFuzzer targets)
+  libgtest-dev libgmock-dev bubblewrap python3 python3-yaml clang libclang-rt-14-dev
 )
 
 missing=()

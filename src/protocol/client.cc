@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace brig::protocol {
@@ -49,8 +50,8 @@ std::optional<Message> AgentConnection::Next(std::chrono::milliseconds timeout) 
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     pollfd p = {fd_.get(), POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) {
-      return std::nullopt;
+    if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count()))) <= 0) {
+      return std::nullopt;  // nothing within the timeout (a zero timeout still takes what is here)
     }
     char buf[65536];
     ssize_t n = ::read(fd_.get(), buf, sizeof buf);

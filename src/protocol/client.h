@@ -26,6 +26,8 @@ class AgentConnection {
   // True once the agent closed the connection or broke the protocol (Next's nullopt was not a
   // timeout); nothing more will arrive.
   bool closed() const { return closed_; }
+  // The socket, for a caller's own event loop (readable: call Next with a zero timeout).
+  int fd() const { return fd_.get(); }
 
  private:
   explicit AgentConnection(UniqueFd fd) : fd_(std::move(fd)) {}

@@ -32,6 +32,9 @@ class AgentSession {
       std::chrono::milliseconds timeout = std::chrono::seconds(10));
   // The next message if one is already here.
   std::optional<protocol::Message> Poll();
+  // The connection's descriptor, for an event loop: readable means Poll() has something.
+  int fd() const { return conn_.fd(); }
+  bool closed() const { return conn_.closed(); }
   // Why nothing came: the agent closed the connection, or it did not answer in time.
   absl::Status AgentGone() const;
 

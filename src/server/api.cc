@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "server/agent_session.h"
 #include "server/commands.h"
 #include "server/files.h"
 #include "server/gzip.h"
@@ -547,6 +548,82 @@ absl::Status CommandResize(SandboxManager& m, Call& c) {
   return absl::OkStatus();
 }
 
+// A process's terminal over a WebSocket (browser terminals, e.g. xterm.js): binary messages
+// from the client are its stdin, text messages are JSON commands ({"type": "resize", "rows",
+// "cols"} or {"type": "signal", "signal"}); its output comes as binary messages from `offset`
+// on, and its end as a text message {"type": "exit", ...} before a normal close.
+absl::Status CommandWebSocket(SandboxManager& m, Call& c) {
+  uint64_t offset = 0;
+  for (auto& [key, value] : c.query) {
+    if (key != "offset" || !absl::SimpleAtoi(value, &offset)) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown or bad query parameter \"", key,
+                                                     "\" (only offset)"));
+    }
+  }
+  if (!c.out.IsWebSocketUpgrade()) {
+    return absl::InvalidArgumentError("this route is a WebSocket: send Upgrade: websocket");
+  }
+  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
+  BRIG_ASSIGN_OR_RETURN(int pid, ParsePid(c.params["pid"]));
+  BRIG_ASSIGN_OR_RETURN(AgentSession session, AgentSession::Open(target.agent_socket));
+  BRIG_ASSIGN_OR_RETURN(uint32_t channel, session.ChannelOf(pid));
+  BRIG_RETURN_IF_ERROR(
+      session.Send(protocol::MessageType::kAttach, channel, {{"offset", offset}}));
+  using protocol::MessageType;
+  WebSocketHandlers handlers;
+  handlers.watch_fd = session.fd();
+  handlers.on_message = [&](WebSocket& ws, absl::string_view data, bool binary) {
+    if (binary) {
+      (void)session.SendRaw({MessageType::kStdin, 0, channel, std::string(data)});
+      return;
+    }
+    Json command = Json::parse(data, nullptr, /*allow_exceptions=*/false);
+    std::string type = command.is_object() ? command.value("type", "") : "";
+    if (type == "resize" && command["rows"].is_number_unsigned() &&
+        command["cols"].is_number_unsigned()) {
+      (void)session.Send(MessageType::kResize, channel,
+                         {{"rows", command["rows"]}, {"cols", command["cols"]}});
+    } else if (type == "signal" && command["signal"].is_number_integer()) {
+      (void)session.Send(MessageType::kSignal, channel, {{"signal", command["signal"]}});
+    } else {
+      ws.Send(Json{{"type", "error"},
+                   {"code", 400},
+                   {"message", "text messages are {\"type\": \"resize\"|\"signal\", ...}"}}
+                  .dump(),
+              false);
+    }
+  };
+  handlers.on_readable = [&](WebSocket& ws) {
+    while (std::optional<protocol::Message> msg = session.Poll()) {
+      if (msg->channel != channel) continue;
+      if (msg->type == MessageType::kOutput) {
+        ws.Send(std::string(protocol::OutputBytes(*msg)), true);
+        continue;
+      }
+      Json line = ParseBody(*msg);
+      if (msg->type == MessageType::kExited) {
+        line["type"] = "exit";
+        ws.Send(line.dump(), false);
+        ws.Close();
+        return;
+      }
+      if (msg->type == MessageType::kTruncated) line["type"] = "truncated";
+      if (msg->type == MessageType::kError) line["type"] = "error";
+      if (line.contains("type")) ws.Send(line.dump(), false);
+    }
+    if (session.closed()) {
+      ws.Send(Json{{"type", "error"}, {"code", 503}, {"message", "the sandbox's agent went away"}}
+                  .dump(),
+              false);
+      ws.Close();
+    }
+  };
+  if (!c.out.RunWebSocket(handlers)) {
+    return absl::InvalidArgumentError("the WebSocket upgrade could not be accepted");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CommandWait(SandboxManager& m, Call& c) {
   BRIG_RETURN_IF_ERROR(NoQuery(c));
   BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
@@ -740,6 +817,7 @@ constexpr Route kRoutes[] = {
     {"POST", "/v1/sandboxes/{id}/commands/{pid}/signal", CommandSignal, false},
     {"POST", "/v1/sandboxes/{id}/commands/{pid}/resize", CommandResize, false},
     {"GET", "/v1/sandboxes/{id}/commands/{pid}/wait", CommandWait, false},
+    {"GET", "/v1/sandboxes/{id}/commands/{pid}/ws", CommandWebSocket, true},
     {"GET", "/v1/sandboxes/{id}/files", Download, true},
     {"PUT", "/v1/sandboxes/{id}/files", Upload, true},
     {"DELETE", "/v1/sandboxes/{id}/files", RemoveFile, false},
@@ -807,7 +885,11 @@ void Api::Handle(const HttpRequest& request, Responder& out) const {
     }
     return;
   }
-  if (!Authenticated(request, key_)) {
+  // Browsers cannot set headers on a WebSocket: it may carry the key as ?api_key=.
+  auto query_key = request.query.find("api_key");
+  bool by_query = query_key != request.query.end() && out.IsWebSocketUpgrade() &&
+                  key_.Matches(query_key->second);
+  if (!by_query && !Authenticated(request, key_)) {
     out.Send(401, ErrorJson(401, "missing or wrong API key (Authorization: Bearer <key>, or "
                                  "X-API-Key: <key>)"));
     return;
@@ -816,6 +898,7 @@ void Api::Handle(const HttpRequest& request, Responder& out) const {
   bool path_known = false;
   for (const Route& route : kRoutes) {
     Call call{request, out, {}, request.query, std::nullopt};
+    if (by_query) call.query.erase("api_key");
     if (!Match(route.pattern, path, &call.params)) continue;
     path_known = true;
     if (request.method != route.method) continue;

@@ -7,11 +7,15 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
 #include <chrono>
 #include <limits>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -23,6 +27,7 @@ namespace {
 
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
+namespace websocket = boost::beast::websocket;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::json;
@@ -107,6 +112,105 @@ std::string PercentDecode(absl::string_view s) {
   return out;
 }
 
+// A WebSocket session: reads client messages and the handler's descriptor on one event loop,
+// and writes queued messages one at a time.
+class WebSocketLoop final : public WebSocket {
+ public:
+  WebSocketLoop(websocket::stream<tcp::socket>& ws, asio::io_context& loop,
+                const WebSocketHandlers& handlers)
+      : ws_(ws), loop_(loop), handlers_(handlers), watch_(loop) {}
+
+  void Run() {
+    boost::system::error_code ec;
+    if (handlers_.watch_fd >= 0) {
+      watch_.assign(::dup(handlers_.watch_fd), ec);
+      if (!ec) WaitReadable();
+    }
+    ReadNext();
+    loop_.run();
+  }
+
+  void Send(std::string data, bool binary) override {
+    if (closing_) return;
+    queued_bytes_ += data.size();
+    if (queued_bytes_ > kMaxQueuedBytes) {  // the client does not read: drop it
+      loop_.stop();
+      return;
+    }
+    queue_.push_back({std::move(data), binary});
+    if (!writing_) WriteNext();
+  }
+
+  void Close() override {
+    closing_ = true;
+    if (!writing_) CloseNow();
+  }
+
+ private:
+  void ReadNext() {
+    ws_.async_read(in_, [this](boost::system::error_code ec, size_t) {
+      if (ec) {  // the client closed (or broke) the connection
+        loop_.stop();
+        return;
+      }
+      auto data = in_.cdata();
+      handlers_.on_message(*this,
+                           absl::string_view(static_cast<const char*>(data.data()), data.size()),
+                           ws_.got_binary());
+      in_.consume(in_.size());
+      ReadNext();
+    });
+  }
+
+  void WaitReadable() {
+    watch_.async_wait(asio::posix::stream_descriptor::wait_read,
+                      [this](boost::system::error_code ec) {
+                        if (ec || closing_) return;
+                        handlers_.on_readable(*this);
+                        WaitReadable();
+                      });
+  }
+
+  void WriteNext() {
+    if (queue_.empty()) {
+      writing_ = false;
+      if (closing_) CloseNow();
+      return;
+    }
+    writing_ = true;
+    ws_.binary(queue_.front().second);
+    ws_.async_write(asio::buffer(queue_.front().first),
+                    [this](boost::system::error_code ec, size_t) {
+                      queued_bytes_ -= queue_.front().first.size();
+                      queue_.pop_front();
+                      if (ec) {
+                        loop_.stop();
+                        return;
+                      }
+                      WriteNext();
+                    });
+  }
+
+  void CloseNow() {
+    if (closed_) return;
+    closed_ = true;
+    boost::system::error_code ec;
+    watch_.close(ec);
+    ws_.async_close(websocket::close_code::normal,
+                    [this](boost::system::error_code) { loop_.stop(); });
+  }
+
+  websocket::stream<tcp::socket>& ws_;
+  asio::io_context& loop_;
+  const WebSocketHandlers& handlers_;
+  asio::posix::stream_descriptor watch_;
+  boost::beast::flat_buffer in_;
+  static constexpr size_t kMaxQueuedBytes = 16u << 20;
+  std::deque<std::pair<std::string, bool>> queue_;
+  size_t queued_bytes_ = 0;
+  bool writing_ = false, closing_ = false, closed_ = false;
+};
+
 class Connection final : public Responder {
  public:
   Connection(tcp::socket socket, Watchdog& watchdog)
@@ -140,6 +244,8 @@ class Connection final : public Responder {
       }
       responded_ = streaming_ = false;
       HttpRequest request = ToRequest(header.get());
+      upgrade_.reset();
+      if (websocket::is_upgrade(header.get())) upgrade_ = header.get();  // the header is moved on
       bool body_done = true;
       if (body_streams(request.method, request.path)) {
         http::request_parser<http::buffer_body> body(std::move(header));
@@ -161,6 +267,12 @@ class Connection final : public Responder {
         handler(request, *this);
         body_done = body.is_done() && !failed;
       } else {
+        // The limit is checked here: the header was read before the route was known.
+        if (header.content_length() && *header.content_length() > kBodyLimit) {
+          keep_alive_ = false;
+          Send(413, {{"code", 413}, {"message", "the body is over 1 MiB"}});
+          return;
+        }
         http::request_parser<http::string_body> whole(std::move(header));
         whole.body_limit(kBodyLimit);
         {
@@ -182,6 +294,7 @@ class Connection final : public Responder {
         request.body = whole.get().body();
         handler(request, *this);
       }
+      upgrade_.reset();
       // A body left unread cannot be skipped on a kept-alive connection.
       if (!body_done) keep_alive_ = false;
       if (streaming_) {
@@ -242,6 +355,34 @@ class Connection final : public Responder {
     return !broken_;
   }
 
+  bool IsWebSocketUpgrade() const override {
+    return upgrade_.has_value();
+  }
+
+  bool RunWebSocket(const WebSocketHandlers& handlers) override {
+    if (!IsWebSocketUpgrade() || responded_ || streaming_) return false;
+    responded_ = broken_ = true;  // the connection ends with the session
+    // The session runs its own event loop: move the socket onto it.
+    asio::io_context loop;
+    boost::system::error_code ec;
+    tcp::endpoint local = socket_.local_endpoint(ec);
+    // A second descriptor of the same socket; the connection's own closes with it as usual.
+    int fd = ::dup(socket_.native_handle());
+    if (ec || fd < 0) return false;
+    websocket::stream<tcp::socket> ws{tcp::socket(loop)};
+    ws.next_layer().assign(local.protocol(), fd, ec);
+    if (ec) return false;
+    ws.read_message_max(1u << 20);
+    {
+      Guarded guard(watchdog_, fd, kReadRequestTimeout);
+      ws.accept(*upgrade_, ec);
+    }
+    if (ec) return true;
+    WebSocketLoop session(ws, loop, handlers);
+    session.Run();
+    return true;
+  }
+
   void Abort() override {
     broken_ = true;
     ::shutdown(fd(), SHUT_RDWR);
@@ -296,6 +437,7 @@ class Connection final : public Responder {
 
   tcp::socket socket_;
   Watchdog& watchdog_;
+  std::optional<http::request<http::empty_body>> upgrade_;  // a WebSocket upgrade request
   unsigned version_ = 11;
   bool keep_alive_ = true;
   bool responded_ = false;

@@ -31,6 +31,22 @@ struct HttpRequest {
   std::function<absl::StatusOr<size_t>(char* buffer, size_t size)> read_body;
 };
 
+// A WebSocket a handler accepted (Responder::RunWebSocket), as its callbacks see it.
+class WebSocket {
+ public:
+  virtual ~WebSocket() = default;
+  // Queues a message; messages go out in order.
+  virtual void Send(std::string data, bool binary) = 0;
+  // Closes (normally) once what is queued has gone out.
+  virtual void Close() = 0;
+};
+
+struct WebSocketHandlers {
+  int watch_fd = -1;  // the handler's own descriptor: readable calls on_readable
+  std::function<void(WebSocket&, absl::string_view data, bool binary)> on_message;
+  std::function<void(WebSocket&)> on_readable;
+};
+
 // How a handler answers: either one Send, or a stream of lines.
 class Responder {
  public:
@@ -46,6 +62,12 @@ class Responder {
   // Ends a started response without its terminating chunk and closes the connection, so that
   // the client sees a failure rather than a complete body (a transfer that broke midway).
   virtual void Abort() = 0;
+  // Whether the request asks to become a WebSocket (Upgrade: websocket).
+  virtual bool IsWebSocketUpgrade() const = 0;
+  // Accepts the upgrade and runs the session, one event loop over the socket and
+  // `handlers.watch_fd`, until either side closes; the connection ends with it. False when
+  // the upgrade cannot be accepted.
+  virtual bool RunWebSocket(const WebSocketHandlers& handlers) = 0;
   // Whether the client has closed its end (checked without blocking, while a stream is idle).
   virtual bool ClientGone() = 0;
 };

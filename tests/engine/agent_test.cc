@@ -233,6 +233,61 @@ TEST_F(AgentTest, SignalsAndErrors) {
   EXPECT_EQ(Json::parse(list->payload)["processes"].size(), 2u) << "sleep and no-such-command";
 }
 
+TEST_F(AgentTest, SignalsToPidOneFromOutsideReachEveryProcess) {
+  AgentClient c(socket_path_);
+  uint32_t first = c.Exec({{"argv", {"/bin/sleep", "100"}}});
+  uint32_t second = c.Exec({{"argv", {"/bin/sleep", "101"}}});
+  ASSERT_NE(first, 0u);
+  ASSERT_NE(second, 0u);
+  ASSERT_TRUE(sandbox_->Signal(SIGTERM).ok());
+  EXPECT_EQ(c.UntilExit(first, nullptr)["signal"], SIGTERM);
+  EXPECT_EQ(c.UntilExit(second, nullptr)["signal"], SIGTERM);
+  // The agent itself lives on.
+  uint32_t after = c.Exec({{"argv", {"/bin/echo", "still here"}}});
+  std::string out;
+  EXPECT_EQ(c.UntilExit(after, &out)["exit_code"], 0);
+  EXPECT_EQ(out, "still here\n");
+}
+
+TEST_F(AgentTest, TimeoutKillsTheWholeProcessGroup) {
+  AgentClient c(socket_path_);
+  auto start = std::chrono::steady_clock::now();
+  uint32_t ch = c.Exec({{"argv", {"/bin/sh", "-c", "sleep 300 & sleep 301"}}, {"timeout_ms", 300}});
+  ASSERT_NE(ch, 0u);
+  Json exit = c.UntilExit(ch, nullptr);
+  EXPECT_EQ(exit["signal"], SIGKILL) << exit;
+  EXPECT_EQ(exit["timed_out"], true) << exit;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  // The background sleep was in its group: nothing is left running.
+  uint32_t check = c.Exec({{"argv", {"/bin/sh", "-c", "ps -eo args | grep -c '^sleep 30[01]'"}}});
+  std::string out;
+  c.UntilExit(check, &out);
+  EXPECT_EQ(out, "0\n");
+  c.SendJson(MessageType::kExec, 0, {{"argv", {"/bin/true"}}, {"timeout_ms", -1}});
+  std::optional<Message> e = c.Next();
+  ASSERT_TRUE(e && e->type == MessageType::kError);
+  EXPECT_EQ(Json::parse(e->payload)["code"], 400);
+}
+
+TEST_F(AgentTest, AttachWithoutFollowEndsAtTheHeldOutput) {
+  AgentClient c(socket_path_);
+  uint32_t ch = c.Exec({{"argv", {"/bin/sh", "-c", "echo abc; exec sleep 100"}}, {"tag", "t"}});
+  ASSERT_NE(ch, 0u);
+  std::optional<Message> m = c.Next();
+  ASSERT_TRUE(m && m->type == MessageType::kOutput);
+  AgentClient other(socket_path_);
+  other.SendJson(MessageType::kAttach, ch, {{"offset", 1}, {"follow", false}});
+  m = other.Next();
+  ASSERT_TRUE(m && m->type == MessageType::kOutput);
+  EXPECT_EQ(protocol::OutputBytes(*m), "bc\n");
+  m = other.Next();
+  ASSERT_TRUE(m && m->type == MessageType::kCaughtUp);
+  EXPECT_EQ(Json::parse(m->payload)["offset"], 4);
+  c.SendJson(MessageType::kSignal, ch, {{"signal", SIGKILL}});
+  EXPECT_EQ(c.UntilExit(ch, nullptr)["signal"], SIGKILL);
+  EXPECT_FALSE(other.Next(std::chrono::milliseconds(200)).has_value()) << "it did not follow";
+}
+
 TEST_F(AgentTest, ForgetsTheOldestExitedProcesses) {
   AgentClient c(socket_path_);
   uint32_t first = 0;

@@ -492,3 +492,60 @@ class DaemonTestCase(unittest.TestCase):
         found = [p for p in self.processes(sid) if p["pid"] == pid]
         self.assertEqual(len(found), 1, f"pid {pid} in {self.processes(sid)}")
         return found[0]
+
+
+# ---- a minimal WebSocket client (RFC 6455), enough to drive the terminal route ----
+
+class WebSocketClient:
+    """Connects with the upgrade handshake; sends masked frames, reads unmasked ones."""
+
+    def __init__(self, port, path, timeout=15):
+        import base64 as b64
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        key = b64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall((f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                           "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = self.sock.recv(1)
+            if not chunk:
+                break
+            head += chunk
+        self.status = int(head.split(b" ", 2)[1]) if head else 0
+        self.buffer = b""
+
+    def send(self, data, binary=True):
+        data = data if isinstance(data, bytes) else data.encode()
+        header = bytes([0x80 | (0x2 if binary else 0x1)])
+        n = len(data)
+        if n < 126:
+            header += bytes([0x80 | n])
+        elif n < 65536:
+            header += bytes([0x80 | 126]) + n.to_bytes(2, "big")
+        else:
+            header += bytes([0x80 | 127]) + n.to_bytes(8, "big")
+        mask = os.urandom(4)
+        self.sock.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
+
+    def _read(self, n):
+        while len(self.buffer) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            self.buffer += chunk
+        out, self.buffer = self.buffer[:n], self.buffer[n:]
+        return out
+
+    def recv(self):
+        """(opcode, payload): 1 text, 2 binary, 8 close."""
+        b0, b1 = self._read(2)
+        n = b1 & 0x7F
+        if n == 126:
+            n = int.from_bytes(self._read(2), "big")
+        elif n == 127:
+            n = int.from_bytes(self._read(8), "big")
+        return b0 & 0x0F, self._read(n)
+
+    def close(self):
+        self.sock.close()

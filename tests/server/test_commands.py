@@ -1,10 +1,11 @@
 """Commands through the HTTP API: foreground streams, background processes, stdin, signals,
 timeouts, re-attaching, encodings, errors (docs/api.md, "Commands")."""
 
+import json
 import time
 import unittest
 
-from brigtest import DaemonTestCase, Output, collect, wait_for
+from brigtest import DaemonTestCase, Output, WebSocketClient, chunk_bytes, collect, wait_for
 
 COUNT_SCRIPT = "for i in $(seq 1 40); do echo line-$i; sleep 0.05; done"
 COUNT_OUTPUT = b"".join(b"line-%d\n" % i for i in range(1, 41))
@@ -128,6 +129,83 @@ class CommandTest(DaemonTestCase):
         self.assertExit(out, 0)
         status, body = self.daemon.request("POST", self.path(f"/{pid}/stdin"), b"more")
         self.assertError(status, body, 409, "stdin after it exited")
+
+    def follow_until(self, pid, needle, offset=0, timeout=20):
+        """Follows a process's output from `offset` until `needle` appears; returns the bytes
+        and the next offset."""
+        seen, next_offset = b"", offset
+        lines = self.daemon.stream("GET", self.path(f"/{pid}/output?offset={offset}"),
+                                   timeout=timeout)
+        try:
+            for line in lines:
+                if line.get("type") in ("stdout", "stderr"):
+                    seen += chunk_bytes(line)
+                    next_offset = line["offset"] + len(chunk_bytes(line))
+                    if needle in seen:
+                        return seen, next_offset
+                self.assertNotEqual(line.get("type"), "exit", seen)
+        finally:
+            lines.close()
+        self.fail(f"{needle!r} never appeared in {seen!r}")
+
+    def test_terminal_runs_an_interactive_shell_and_resizes(self):
+        pid = self.background(self.sid, argv=["/bin/bash", "--norc", "-i"],
+                              pty={"rows": 24, "cols": 80})
+        stdin = self.path(f"/{pid}/stdin")
+        self.assertEqual(self.daemon.request("POST", stdin, b"stty size; tty\n", raw=True)[0], 204)
+        seen, offset = self.follow_until(pid, b"/dev/pts/")
+        self.assertIn(b"24 80", seen)
+        self.api("POST", self.path(f"/{pid}/resize"), {"rows": 40, "cols": 132}, expect=204)
+        self.daemon.request("POST", stdin, b"stty size\n", raw=True)
+        self.follow_until(pid, b"40 132", offset)
+        for bad in ({"rows": 0, "cols": 80}, {"rows": 24}, {"rows": 24, "cols": 80, "x": 1}):
+            status, body = self.daemon.request("POST", self.path(f"/{pid}/resize"), bad)
+            self.assertError(status, body, 400, f"resize {bad}")
+        self.daemon.request("POST", stdin, b"exit 3\n", raw=True)
+        self.assertEqual(self.wait_exit(self.sid, pid).get("exit_code"), 3)
+        # A process without a terminal cannot be resized.
+        plain = self.background(self.sid, argv=["sleep", "1000"])
+        status, body = self.daemon.request("POST", self.path(f"/{plain}/resize"),
+                                           {"rows": 10, "cols": 10})
+        self.assertError(status, body, 400, "resize without a pty")
+        self.signal(plain, "SIGKILL")
+
+    def test_terminal_over_a_websocket(self):
+        pid = self.background(self.sid, argv=["/bin/bash", "--norc", "-i"],
+                              pty={"rows": 24, "cols": 80})
+        route = self.path(f"/{pid}/ws")
+        # Browsers cannot send headers on a WebSocket: the key may come as ?api_key=.
+        refused = WebSocketClient(self.daemon.port, route)
+        self.assertEqual(refused.status, 401)
+        refused.close()
+        status, body = self.daemon.request("GET", route)
+        self.assertError(status, body, 400, "the WebSocket route without an upgrade")
+        ws = WebSocketClient(self.daemon.port, f"{route}?api_key={self.daemon.key}")
+        self.assertEqual(ws.status, 101)
+        seen = b""
+
+        def until(needle):
+            nonlocal seen
+            while needle not in seen:
+                opcode, data = ws.recv()
+                self.assertEqual(opcode, 2, data)
+                seen += data
+
+        try:
+            ws.send(b"stty size\n")
+            until(b"24 80")
+            ws.send('{"type": "resize", "rows": 50, "cols": 120}', binary=False)
+            ws.send(b"stty size\n")
+            until(b"50 120")
+            ws.send(b"exit 4\n")
+            while True:
+                opcode, data = ws.recv()
+                if opcode == 1:
+                    break
+            self.assertEqual(json.loads(data), {"type": "exit", "exit_code": 4})
+            self.assertEqual(ws.recv()[0], 8, "a close frame after the exit")
+        finally:
+            ws.close()
 
     def test_stdin_not_opened(self):
         pid = self.background(self.sid, argv=["sleep", "1000"])
