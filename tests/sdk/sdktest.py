@@ -17,7 +17,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SDK_DIR = os.path.join(ROOT, "sdk", "python")
-EXAMPLES_DIR = os.path.join(SDK_DIR, "examples")
+EXAMPLES_DIR = os.path.join(ROOT, "examples")
 # Appended, not prepended: tests/server has modules named like ours (test_files, ...).
 sys.path.append(os.path.join(ROOT, "tests", "server"))
 if SDK_DIR not in sys.path:

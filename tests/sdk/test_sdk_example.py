@@ -1,4 +1,4 @@
-"""sdk/python/examples/csv_report.py runs against a live daemon (as a user would run it, with
+"""examples/csv_report.py runs against a live daemon (as a user would run it, with
 BRIG_URL and BRIG_API_KEY set) and prints the right report."""
 
 import importlib.util

@@ -27,8 +27,9 @@ from typing import Dict, Iterator, List, Tuple
 
 try:
     from brig import CommandExitError, Sandbox
-except ImportError:  # run from a checkout without installing: use ../brig
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+except ImportError:  # run from a checkout without installing: use ../sdk/python/brig
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sdk",
+                                    "python"))
     from brig import CommandExitError, Sandbox
 
 REGIONS = ["north", "south", "east", "west"]
