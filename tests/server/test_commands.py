@@ -170,6 +170,18 @@ class CommandTest(DaemonTestCase):
         self.assertError(status, body, 400, "resize without a pty")
         self.signal(plain, "SIGKILL")
 
+    def test_terminal_runs_python_interactively(self):
+        pid = self.background(self.sid, argv=["python3", "-i", "-q"], pty={"rows": 24, "cols": 80})
+        stdin = self.path(f"/{pid}/stdin")
+        self.daemon.request("POST", stdin, b"import os, subprocess; os.get_terminal_size()\n",
+                            raw=True)
+        _, offset = self.follow_until(pid, b"columns=80, lines=24")
+        self.api("POST", self.path(f"/{pid}/resize"), {"rows": 50, "cols": 120}, expect=204)
+        self.daemon.request("POST", stdin, b"subprocess.run(['stty', 'size'])\n", raw=True)
+        self.follow_until(pid, b"50 120", offset)
+        self.daemon.request("POST", stdin, b"exit(5)\n", raw=True)
+        self.assertEqual(self.wait_exit(self.sid, pid).get("exit_code"), 5)
+
     def test_terminal_over_a_websocket(self):
         pid = self.background(self.sid, argv=["/bin/bash", "--norc", "-i"],
                               pty={"rows": 24, "cols": 80})
