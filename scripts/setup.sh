@@ -12,6 +12,8 @@ packages=(
   # tests and benchmarks (bubblewrap: the benchmark's peer; python3: programs run in sandboxes;
   # python3-yaml: the OpenAPI test; clang and its runtime: the libFuzzer targets)
   libgtest-dev libgmock-dev bubblewrap python3 python3-yaml clang libclang-rt-14-dev
+  # the Python SDK: pip installs it from the repository path (no index needed)
+  python3-pip python3-setuptools
 )
 
 missing=()
