@@ -14,6 +14,8 @@ packages=(
   libgtest-dev libgmock-dev bubblewrap python3 python3-yaml clang libclang-rt-14-dev
   # the Python SDK: pip installs it from the repository path (no index needed)
   python3-pip python3-setuptools
+  # the code interpreter's preloaded libraries (the template takes them from the host's /usr)
+  python3-numpy python3-pandas python3-matplotlib
 )
 
 missing=()

@@ -8,6 +8,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -91,6 +92,9 @@ struct Process {
   bool timed_out = false;
   bool exit_announced = false;
   std::set<int> followers;  // connection fds
+  // A zygote (exec's "zygote": true): its stdin is this SOCK_SEQPACKET socket, on which it
+  // takes fork requests (ForkFromZygote).
+  UniqueFd zygote_control;
 };
 
 struct Connection {
@@ -145,6 +149,7 @@ class Agent {
   void Handle(int fd, Message message);
   void Dispatch(int fd, Message message);
   void Exec(int fd, const Json& request);
+  void ForkFromZygote(int fd, const Json& request);
   // Files (files.h): one operation, a download, an upload, a watch.
   void FileOp(int fd, const Json& request);
   void FileRead(int fd, const Json& request);
@@ -428,6 +433,7 @@ void Agent::Dispatch(int fd, Message m) {
 }
 
 void Agent::Exec(int fd, const Json& request) {
+  if (request.contains("fork")) return ForkFromZygote(fd, request);
   ProcessSpec spec;
   std::string tag = request.value("tag", "");
   const Json& argv = request["argv"];
@@ -477,6 +483,20 @@ void Agent::Exec(int fd, const Json& request) {
   const Json& pty = request.contains("pty") ? request["pty"] : Json();
   absl::Status made =
       pty.is_null() ? MakePipes(*p, child_ends) : MakeTerminal(pty, spec, *p, child_ends);
+  const bool zygote = request.value("zygote", false);
+  if (made.ok() && zygote) {
+    // Its stdin is a socket: fork requests in (with descriptors), pids back.
+    int control[2];
+    if (!pty.is_null()) {
+      made = absl::InvalidArgumentError("a zygote takes no terminal");
+    } else if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, control) != 0) {
+      made = ErrnoError("socketpair", "zygote control");
+    } else {
+      p->zygote_control.reset(control[0]);
+      child_ends[0].reset(control[1]);
+      p->stdin_w.reset();
+    }
+  }
   int report[2];
   if (made.ok() && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, report) != 0) {
     made = ErrnoError("socketpair", "exec report");
@@ -522,10 +542,82 @@ void Agent::Exec(int fd, const Json& request) {
     pipes_[out->get()] = channel;
     Watch(out->get(), EPOLLIN);
   }
-  ::fcntl(p->stdin_w.get(), F_SETFL, O_NONBLOCK);
+  if (p->stdin_w) ::fcntl(p->stdin_w.get(), F_SETFL, O_NONBLOCK);
   // Without "stdin": true the command reads end-of-file at once, as non-interactive tools
   // expect. A terminal always takes input.
   if (pty.is_null() && !request.value("stdin", false)) p->stdin_w.reset();
+  processes_[channel] = std::move(p);
+  Send(fd, MessageType::kStarted, channel, {{"pid", pid}, {"tag", tag}});
+}
+
+// A new process forked from a zygote (docs/agent-protocol.md, "Zygotes"): the agent makes its
+// pipes and hands their far ends to the zygote with the request; the zygote forks (twice, so
+// the new process is PID 1's to reap) and answers its pid. It runs with everything the zygote
+// had loaded, under the zygote's identity and restrictions.
+void Agent::ForkFromZygote(int fd, const Json& request) {
+  const Json& from = request["fork"];
+  Process* zygote = from.is_number_unsigned() ? Find(from.get<uint32_t>()) : nullptr;
+  if (zygote == nullptr || !zygote->zygote_control || zygote->reaped) {
+    return Send(fd, MessageType::kError, 0, ErrorBody(404, "no running zygote on that channel"));
+  }
+  Json env = Json::object();
+  if (request.contains("env") && request["env"].is_array()) {
+    for (const Json& e : request["env"]) {
+      if (!e.is_string()) continue;
+      std::string kv = e.get<std::string>();
+      size_t eq = kv.find('=');
+      if (eq != std::string::npos && eq > 0) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+  }
+  std::string what = Json{{"cwd", request.value("cwd", "")}, {"env", env}}.dump();
+  auto p = std::make_unique<Process>();
+  UniqueFd child_ends[3];
+  if (absl::Status made = MakePipes(*p, child_ends); !made.ok()) {
+    return Send(fd, MessageType::kError, 0, ErrorBody(500, std::string(made.message())));
+  }
+  // The request and the three descriptors in one message.
+  alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
+  iovec iov = {what.data(), what.size()};
+  msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(3 * sizeof(int));
+  int fds[3] = {child_ends[0].get(), child_ends[1].get(), child_ends[2].get()};
+  std::memcpy(CMSG_DATA(cm), fds, sizeof fds);
+  char reply[256] = {};
+  pollfd answer = {zygote->zygote_control.get(), POLLIN, 0};
+  ssize_t got = -1;
+  if (::sendmsg(zygote->zygote_control.get(), &msg, MSG_NOSIGNAL) >= 0 &&
+      ::poll(&answer, 1, 10000) == 1) {
+    got = ::recv(zygote->zygote_control.get(), reply, sizeof reply - 1, MSG_DONTWAIT);
+  }
+  for (UniqueFd& end : child_ends) end.reset();
+  Json answered = got > 0 ? Json::parse(std::string(reply, static_cast<size_t>(got)), nullptr,
+                                        /*allow_exceptions=*/false)
+                          : Json();
+  int pid = answered.is_object() ? answered.value("pid", -1) : -1;
+  if (pid <= 0) {
+    return Send(fd, MessageType::kError, 0, ErrorBody(500, "the zygote did not fork"));
+  }
+  p->channel = next_channel_++;
+  p->pid = pid;
+  p->tag = request.value("tag", "");
+  p->argv = zygote->argv;
+  p->argv.push_back("(fork)");
+  p->followers.insert(fd);
+  const uint32_t channel = p->channel;
+  for (UniqueFd* out : {&p->stdout_r, &p->stderr_r}) {
+    ::fcntl(out->get(), F_SETFL, O_NONBLOCK);
+    pipes_[out->get()] = channel;
+    Watch(out->get(), EPOLLIN);
+  }
+  ::fcntl(p->stdin_w.get(), F_SETFL, O_NONBLOCK);
+  std::string tag = p->tag;
   processes_[channel] = std::move(p);
   Send(fd, MessageType::kStarted, channel, {{"pid", pid}, {"tag", tag}});
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <functional>
 #include <ctime>
 #include <filesystem>
 #include <system_error>
@@ -89,7 +90,13 @@ constexpr Dir kSkeletonDirs[] = {
     {"var/tmp", 01777, 0}, {"var/log", 0755, 0}, {"var/cache", 0755, 0},    {"var/lib", 0755, 0},
     {"home", 0755, 0},     {"root", 0700, 0},    {"opt", 0755, 0},          {"mnt", 0755, 0},
     {"srv", 0755, 0},      {"etc", 0755, 0},     {"home/user", 0750, 1000},
+    {"opt/brig", 0755, 0},
 };
+
+// The code interpreter's kernel (src/interpreter/kernel.py), embedded at build time.
+constexpr absl::string_view kKernel =
+#include "kernel_py.inc"
+    ;
 
 constexpr absl::string_view kPasswd =
     "root:x:0:0:root:/root:/bin/bash\n"
@@ -180,6 +187,7 @@ absl::Status BuildSkeleton(const fs::path& root) {
   BRIG_RETURN_IF_ERROR(WriteSkeletonFile(etc / "resolv.conf", kResolvConf, 0644));
   std::error_code ec;
   fs::create_symlink("../proc/self/mounts", etc / "mtab", ec);
+  BRIG_RETURN_IF_ERROR(WriteSkeletonFile(root / "opt/brig/kernel.py", kKernel, 0644));
   BRIG_RETURN_IF_ERROR(CopySkelInto(root / "home/user", 1000));
   BRIG_RETURN_IF_ERROR(CopySkelInto(root / "root", 0));
   return absl::OkStatus();
@@ -188,6 +196,7 @@ absl::Status BuildSkeleton(const fs::path& root) {
 // What makes a skeleton stale: its version, and the host packages it mirrors.
 std::string Fingerprint() {
   std::string out(kTemplateVersion);
+  absl::StrAppend(&out, " kernel-", std::hash<std::string_view>()(std::string_view(kKernel.data(), kKernel.size())));
   for (const char* f : {"/etc/ld.so.cache", "/etc/alternatives", "/etc/ssl/certs"}) {
     struct stat st = {};
     if (::stat(f, &st) == 0) absl::StrAppend(&out, " ", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);

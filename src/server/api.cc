@@ -16,6 +16,7 @@
 #include "server/commands.h"
 #include "server/files.h"
 #include "server/gzip.h"
+#include "server/interpreter.h"
 
 namespace brig::server {
 namespace {
@@ -794,6 +795,79 @@ absl::Status WatchFiles(SandboxManager& m, Call& c) {
                         ControlOf(c), SinkOf(c));
 }
 
+// ---- Code interpreter ----
+
+std::vector<std::string> EnvList(const StringMap& env) {
+  std::vector<std::string> out;
+  for (auto& [k, v] : env) out.push_back(absl::StrCat(k, "=", v));
+  return out;
+}
+
+absl::Status CreateCodeContext(SandboxManager& m, Call& c) {
+  BRIG_RETURN_IF_ERROR(NoQuery(c));
+  BRIG_ASSIGN_OR_RETURN(Json body, ParseObject(c.request.body));
+  Fields f(body);
+  BRIG_RETURN_IF_ERROR(f.OnlyKnown({"language", "cwd", "env"}));
+  ContextRequest request;
+  StringMap env;
+  BRIG_RETURN_IF_ERROR(f.String("language", &request.language));
+  BRIG_RETURN_IF_ERROR(f.String("cwd", &request.cwd));
+  BRIG_RETURN_IF_ERROR(f.Map("env", &env));
+  BRIG_RETURN_IF_ERROR(CheckEnv(env));
+  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
+  StringMap all = target.env;
+  for (auto& [k, v] : env) all[k] = v;
+  request.env = EnvList(all);
+  BRIG_ASSIGN_OR_RETURN(Json context, CreateContext(target.agent_socket, request));
+  c.out.Send(201, context);
+  return absl::OkStatus();
+}
+
+absl::Status ListCodeContexts(SandboxManager& m, Call& c) {
+  BRIG_RETURN_IF_ERROR(NoQuery(c));
+  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
+  BRIG_ASSIGN_OR_RETURN(Json list, ListContexts(target.agent_socket));
+  c.out.Send(200, list);
+  return absl::OkStatus();
+}
+
+absl::Status DeleteCodeContext(SandboxManager& m, Call& c) {
+  BRIG_RETURN_IF_ERROR(NoQuery(c));
+  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
+  BRIG_RETURN_IF_ERROR(DeleteContext(target.agent_socket, c.params["ctx"]));
+  c.out.Send(204, nullptr);
+  return absl::OkStatus();
+}
+
+absl::Status RestartCodeContext(SandboxManager& m, Call& c) {
+  BRIG_RETURN_IF_ERROR(NoQuery(c));
+  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
+  BRIG_ASSIGN_OR_RETURN(Json context, RestartContext(target.agent_socket, c.params["ctx"]));
+  c.out.Send(200, context);
+  return absl::OkStatus();
+}
+
+absl::Status RunCodeRoute(SandboxManager& m, Call& c) {
+  BRIG_RETURN_IF_ERROR(NoQuery(c));
+  BRIG_ASSIGN_OR_RETURN(Json body, ParseObject(c.request.body));
+  Fields f(body);
+  BRIG_RETURN_IF_ERROR(f.OnlyKnown({"code", "context", "language", "env", "timeout"}));
+  CodeRequest request;
+  if (!f.Has("code")) return absl::InvalidArgumentError("field \"code\" is required");
+  BRIG_RETURN_IF_ERROR(f.String("code", &request.code));
+  BRIG_RETURN_IF_ERROR(f.String("context", &request.context));
+  BRIG_RETURN_IF_ERROR(f.String("language", &request.language));
+  StringMap env;
+  BRIG_RETURN_IF_ERROR(f.Map("env", &env));
+  BRIG_RETURN_IF_ERROR(CheckEnv(env));
+  request.env = EnvList(env);
+  double timeout = 0;
+  BRIG_RETURN_IF_ERROR(f.Number("timeout", &timeout, 0, kMaxSandboxTimeoutS));
+  request.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
+  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
+  return RunCode(target.agent_socket, request, ControlOf(c), SinkOf(c));
+}
+
 struct Route {
   const char* method;
   const char* pattern;  // segments; {name} captures one
@@ -826,6 +900,11 @@ constexpr Route kRoutes[] = {
     {"POST", "/v1/sandboxes/{id}/files/mkdir", MakeDir, false},
     {"POST", "/v1/sandboxes/{id}/files/move", MoveFile, false},
     {"GET", "/v1/sandboxes/{id}/files/watch", WatchFiles, true},
+    {"POST", "/v1/sandboxes/{id}/contexts", CreateCodeContext, false},
+    {"GET", "/v1/sandboxes/{id}/contexts", ListCodeContexts, false},
+    {"DELETE", "/v1/sandboxes/{id}/contexts/{ctx}", DeleteCodeContext, false},
+    {"POST", "/v1/sandboxes/{id}/contexts/{ctx}/restart", RestartCodeContext, false},
+    {"POST", "/v1/sandboxes/{id}/code", RunCodeRoute, true},
 };
 
 bool Match(absl::string_view pattern, const std::vector<std::string>& path,

@@ -335,6 +335,18 @@ class Daemon:
         finally:
             conn.close()
 
+    def stream_status(self, method, path, body=None, key=_DEFAULT, timeout=60):
+        """The status and body of a route that streams when it succeeds (errors are plain)."""
+        conn, resp = self.connect(method, path, body, None, key, timeout)
+        try:
+            data = resp.read()
+        finally:
+            conn.close()
+        try:
+            return resp.status, json.loads(data) if resp.status != 200 else data
+        except ValueError:
+            return resp.status, data
+
     def _note_ids(self, body):
         if isinstance(body, dict):
             items = body.get("sandboxes") if isinstance(body.get("sandboxes"), list) else [body]
