@@ -82,6 +82,12 @@ struct ShellFlags {
 // `brig shell`: an interactive terminal in a sandbox.
 int ShellCommand(const RemoteFlags& remote, const ShellFlags& flags);
 
+struct CodeFlags {
+  std::string id, code, context, language = "python", timeout;
+};
+// `brig code ID CODE`: runs code in a sandbox's interpreter context; prints output and results.
+int CodeCommand(const RemoteFlags& remote, const CodeFlags& flags);
+
 // `brig run --remote`: create a sandbox through the daemon, run the command, kill it.
 int RemoteRunCommand(const RemoteFlags& remote, const RunFlags& flags);
 

@@ -121,6 +121,15 @@ int main(int argc, char** argv) {
   shell_cmd->add_option("--user,-u", shell.user, "user or root");
   shell_cmd->prefix_command();
 
+  brig::CodeFlags code;
+  CLI::App* code_cmd = app.add_subcommand("code", "run code in a sandbox's interpreter: code ID CODE");
+  code_cmd->add_option("id", code.id, "sandbox id")->required();
+  code_cmd->add_option("code", code.code, "the code (Python)")->required();
+  code_cmd->add_option("--context", code.context, "context id (default: the language's default)");
+  code_cmd->add_option("--language", code.language, "language")->capture_default_str();
+  code_cmd->add_option("--timeout", code.timeout, "interrupt it after this long, e.g. 10s");
+  code_cmd->add_flag("--json", remote.json, "print the execution's lines as JSON");
+
   brig::LogsFlags logs;
   CLI::App* logs_cmd = app.add_subcommand("logs", "print a process's output: logs ID PID");
   logs_cmd->add_option("id", logs.id, "sandbox id")->required();
@@ -193,6 +202,7 @@ int main(int argc, char** argv) {
   if (kill_cmd->parsed()) return brig::KillCommand(remote, kill_id);
   if (timeout_cmd->parsed()) return brig::TimeoutCommand(remote, timeout_id, timeout_value);
   if (logs_cmd->parsed()) return brig::LogsCommand(remote, logs);
+  if (code_cmd->parsed()) return brig::CodeCommand(remote, code);
   if (app.got_subcommand("gc")) return brig::GcCommand(state_dir);
   if (app.got_subcommand("agent")) return brig::AgentMain();
   if (app.got_subcommand("check")) return brig::CheckCommand(state_dir);

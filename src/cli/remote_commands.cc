@@ -253,6 +253,48 @@ int LogsCommand(const RemoteFlags& remote, const LogsFlags& flags) {
   return printer.error.empty() ? 0 : kExitBrigError;
 }
 
+int CodeCommand(const RemoteFlags& remote, const CodeFlags& flags) {
+  auto client = ConnectToDaemon(remote);
+  if (!client.ok()) return Fail(client.status());
+  Json body = {{"code", flags.code}, {"language", flags.language}};
+  if (!flags.context.empty()) body["context"] = flags.context;
+  if (!flags.timeout.empty()) {
+    auto ms = ParseDuration(flags.timeout);
+    if (!ms.ok()) return Fail(ms.status());
+    body["timeout"] = static_cast<double>(ms->count()) / 1000.0;
+  }
+  bool failed = false;
+  absl::Status s = client->Stream(
+      "POST", "/v1/sandboxes/" + flags.id + "/code", body, [&](const Json& line) {
+        if (remote.json) {
+          std::printf("%s\n", line.dump().c_str());
+          std::fflush(stdout);
+        }
+        std::string type = line.value("type", "");
+        if (type == "error") failed = true;
+        if (remote.json) return true;
+        if (type == "stdout" || type == "stderr") {
+          WriteAll(type == "stdout" ? STDOUT_FILENO : STDERR_FILENO, line.value("text", ""));
+        } else if (type == "result" && line["data"].contains("text/plain")) {
+          // Pictures and tables need --json; the text form stands in for them here.
+          WriteAll(STDOUT_FILENO, line["data"].value("text/plain", "") + "\n");
+        } else if (type == "error") {
+          std::string trace;
+          for (const Json& l : line.value("traceback", Json::array())) {
+            if (l.is_string()) trace += l.get<std::string>();
+          }
+          if (trace.empty()) {
+            trace = line.value("name", "error") + ": " + line.value("value", line.value("message", ""));
+            trace += "\n";
+          }
+          WriteAll(STDERR_FILENO, trace);
+        }
+        return true;
+      });
+  if (!s.ok()) return Fail(s);
+  return failed ? 1 : 0;
+}
+
 int RemoteRunCommand(const RemoteFlags& remote, const RunFlags& flags) {
   auto client = ConnectToDaemon(remote);
   if (!client.ok()) return Fail(client.status());

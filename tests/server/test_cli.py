@@ -72,6 +72,22 @@ class ShellTest(DaemonTestCase):
         self.assertIn("terminal", r.stderr)
 
 
+class CodeCliTest(DaemonTestCase):
+
+    def test_code_prints_output_and_results_and_fails_on_errors(self):
+        sid = self.create()["id"]
+        env = {"BRIG_URL": self.daemon.url, "BRIG_API_KEY": self.daemon.key}
+        r = brig("code", sid, "x = 6\nprint('hello')\nx * 7", env=env)
+        self.assertEqual((r.returncode, r.stdout), (0, "hello\n42\n"), r.stderr)
+        r = brig("code", sid, "x / 0", env=env)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("ZeroDivisionError", r.stderr)
+        r = brig("code", "--json", sid, "x", env=env)
+        lines = [json.loads(l) for l in r.stdout.splitlines()]
+        self.assertEqual([l["type"] for l in lines], ["result", "end"])
+        self.assertEqual(lines[0]["data"]["text/plain"], "6")
+
+
 class CliTest(DaemonTestCase):
 
     def brig(self, *args, timeout=60, **env):

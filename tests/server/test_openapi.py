@@ -173,6 +173,12 @@ PROBES = {
     ("POST", "/v1/sandboxes/{id}/files/move"): ({}, {"from": PROBE_FILE,
                                                      "to": PROBE_DIR + "/moved.txt"}),
     ("DELETE", "/v1/sandboxes/{id}/files"): ({"path": "openapi-probe"}, None),
+    # A context in the test's sandbox; {ctx} is filled with an id no context has (404).
+    ("POST", "/v1/sandboxes/{id}/contexts"): ({}, {}),
+    ("GET", "/v1/sandboxes/{id}/contexts"): ({}, None),
+    ("POST", "/v1/sandboxes/{id}/code"): ({}, {"code": "1 + 1"}),
+    ("POST", "/v1/sandboxes/{id}/contexts/{ctx}/restart"): ({}, None),
+    ("DELETE", "/v1/sandboxes/{id}/contexts/{ctx}"): ({}, None),
     # Refused before it kills anything (the class cleanup kills the sandbox).
     ("DELETE", "/v1/sandboxes/{id}"): ({"openapi_probe": "1"}, None),
 }

@@ -21,6 +21,8 @@ DEFAULT_REQUEST_TIMEOUT = 60.0
 #: Extra seconds the client waits for an answer beyond the request timeout the daemon applies.
 _SOCKET_GRACE = 15.0
 _MAX_IDLE = 4
+#: ``header_timeout``'s default: derive the wait for the answer's headers from the request timeout.
+_DERIVED = -1.0
 
 QueryValue = Union[str, int, float, bool, None]
 Body = Union[bytes, Iterable[bytes], None]
@@ -157,17 +159,22 @@ class Transport:
              headers: Optional[Mapping[str, str]] = None,
              request_timeout: Optional[float] = None,
              stream: bool = False,
-             read_timeout: Optional[float] = None
+             read_timeout: Optional[float] = None,
+             header_timeout: Optional[float] = _DERIVED
              ) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         """Sends one request and returns (connection, response) with the body unread; raises the
         mapped :class:`BrigError` for an error status (its body read). A plain request's
-        connection goes back to the pool through :meth:`finish`; a stream's is its own."""
+        connection goes back to the pool through :meth:`finish`; a stream's is its own.
+        ``header_timeout`` (seconds, None: no limit) overrides the wait for the answer's headers,
+        for a stream whose first line (and so its headers) may come late."""
         query = self._with_timeout(query, request_timeout, stream)
         rt = query.get("request_timeout")
         base = float(rt) if isinstance(rt, (int, float)) else DEFAULT_REQUEST_TIMEOUT
         # Until the answer's headers: the request timeout plus some grace. A stream's body may
         # then be silent for long (a quiet process): read_timeout (None: no limit) from there.
         socket_timeout: Optional[float] = base + _SOCKET_GRACE
+        if header_timeout is None or header_timeout != _DERIVED:
+            socket_timeout = header_timeout
         hdrs = self._headers(headers)
         data: Any = body
         if json_body is not None:
@@ -283,11 +290,12 @@ class Transport:
     def stream(self, method: str, path: str, *,
                query: Optional[Mapping[str, QueryValue]] = None, json_body: Any = None,
                request_timeout: Optional[float] = None,
-               read_timeout: Optional[float] = None) -> "LineStream":
+               read_timeout: Optional[float] = None,
+               header_timeout: Optional[float] = _DERIVED) -> "LineStream":
         """Opens an NDJSON stream on a connection of its own."""
         conn, resp = self.send(method, path, query=query, json_body=json_body,
                                request_timeout=request_timeout, stream=True,
-                               read_timeout=read_timeout)
+                               read_timeout=read_timeout, header_timeout=header_timeout)
         return LineStream(conn, resp)
 
 
