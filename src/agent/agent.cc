@@ -569,7 +569,9 @@ void Agent::ForkFromZygote(int fd, const Json& request) {
       if (eq != std::string::npos && eq > 0) env[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
   }
-  std::string what = Json{{"cwd", request.value("cwd", "")}, {"env", env}}.dump();
+  std::string what =
+      Json{{"cwd", request.value("cwd", "")}, {"env", env}, {"language", request.value("language", "")}}
+          .dump();
   auto p = std::make_unique<Process>();
   UniqueFd child_ends[3];
   if (absl::Status made = MakePipes(*p, child_ends); !made.ok()) {

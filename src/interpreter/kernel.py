@@ -109,6 +109,7 @@ def spawn_context(control, fds, request):
 
 class Context:
     def __init__(self, request):
+        self.language = request.get("language") or "python"
         self.lock = threading.Lock()
         self.current = None
         self.count = 0
@@ -128,6 +129,7 @@ class Context:
         sys.stderr = Stream(self, "stderr")
         self.namespace = {"__name__": "__main__", "__builtins__": __builtins__,
                           "display": self.display}
+        self.bash = Bash() if self.language == "bash" else None
 
     def emit(self, message):
         if message["type"] not in ("stdout", "stderr"):
@@ -170,7 +172,10 @@ class Context:
         saved = {k: os.environ.get(k) for k in (request.get("env") or {})}
         os.environ.update(request.get("env") or {})
         try:
-            self.run(request.get("code", ""))
+            if self.bash:
+                self.bash.run(self, request.get("code", ""))
+            else:
+                self.run(request.get("code", ""))
         except KeyboardInterrupt:
             self.error_from(*sys.exc_info())
         finally:
@@ -231,6 +236,41 @@ class Context:
             plt.close(figure)
 
 
+class Bash:
+    """A bash context: one interactive bash (so an interrupt stops the command, not the shell)
+    keeps variables, functions and the working directory between executions. Its output goes
+    to the context's relayed descriptors; each execution ends by writing its status to a pipe
+    of the kernel's own."""
+
+    def __init__(self):
+        import subprocess
+        self.status_r, status_w = os.pipe()
+        self.proc = subprocess.Popen(
+            ["/bin/bash", "--norc", "--noprofile", "--noediting", "-i"], stdin=subprocess.PIPE,
+            stdout=1, stderr=2, pass_fds=(status_w,), start_new_session=False,
+            env=dict(os.environ, PS1="", PS2="", BRIG_STATUS_FD=str(status_w)))
+        os.close(status_w)
+        self.status = os.fdopen(self.status_r, "r")
+
+    def run(self, context, code):
+        script = code + '\n__brig_status=$?; echo "$__brig_status" >&"$BRIG_STATUS_FD"\n'
+        self.proc.stdin.write(script.encode())
+        self.proc.stdin.flush()
+        try:
+            line = self.status.readline()
+        except KeyboardInterrupt:
+            # bash got the interrupt too; it reports the stopped command's status, which is
+            # this execution's, not the next one's.
+            self.status.readline()
+            raise
+        if not line:
+            raise RuntimeError("bash exited")
+        status = int(line.strip() or 0)
+        if status != 0:
+            context.emit({"type": "error", "name": "ExitCode", "value": str(status),
+                          "traceback": []})
+
+
 class Stream(io.TextIOBase):
     """sys.stdout / sys.stderr of a context: every write becomes a message."""
 
@@ -262,6 +302,26 @@ class Stream(io.TextIOBase):
 
     def fileno(self):
         return 1 if self.name == "stdout" else 2
+
+    @property
+    def buffer(self):
+        """Bytes written here are text to the reader (undecodable bytes replaced)."""
+        return BinaryStream(self)
+
+
+class BinaryStream(io.RawIOBase):
+    def __init__(self, text):
+        self.text = text
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        self.text.write(bytes(data).decode("utf-8", "replace"))
+        return len(data)
+
+    def flush(self):
+        self.text.flush()
 
 
 BINARY = {"image/png", "image/jpeg", "application/pdf"}

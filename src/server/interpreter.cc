@@ -25,9 +25,9 @@ constexpr char kZygoteTag[] = "brig:zygote:";
 constexpr std::chrono::seconds kInterruptGrace{5};
 
 absl::Status CheckLanguage(const std::string& language) {
-  if (language != "python") {
+  if (language != "python" && language != "bash") {
     return absl::InvalidArgumentError(
-        absl::StrCat("language \"", language, "\" is not supported (python)"));
+        absl::StrCat("language \"", language, "\" is not supported (python, bash)"));
   }
   return absl::OkStatus();
 }
@@ -91,7 +91,9 @@ Json ContextJson(const Json& process) {
 absl::StatusOr<Json> StartContext(AgentSession& s, const std::string& agent_socket,
                                   const ContextRequest& request) {
   BRIG_RETURN_IF_ERROR(CheckLanguage(request.language));
-  BRIG_ASSIGN_OR_RETURN(uint32_t zygote, EnsureZygote(s, agent_socket, request.language));
+  // Every language's context is a kernel forked from the Python zygote (a bash context drives
+  // a bash of its own).
+  BRIG_ASSIGN_OR_RETURN(uint32_t zygote, EnsureZygote(s, agent_socket, "python"));
   const std::string id = request.id.empty() ? NewContextId() : request.id;
   const std::string tag = absl::StrCat(kContextTag, id, ":", request.language);
   BRIG_RETURN_IF_ERROR(s.Send(MessageType::kExec, 0,
@@ -99,6 +101,7 @@ absl::StatusOr<Json> StartContext(AgentSession& s, const std::string& agent_sock
                                {"tag", tag},
                                {"cwd", request.cwd},
                                {"env", request.env},
+                               {"language", request.language},
                                {"stdin", true}}));
   for (;;) {
     BRIG_ASSIGN_OR_RETURN(Message m, s.Reply());

@@ -142,6 +142,24 @@ Rich()'''
         self.assertEqual(outputs, {i: str(i * i) for i in range(20)})
         self.assertLess(time.monotonic() - start, 8, "the contexts did not run in parallel")
 
+    def test_bash_context_keeps_its_shell_state(self):
+        ctx = self.context(language="bash")["id"]
+        _, out, _, error = self.run_code("X=5; cd /tmp; f() { echo \"f:$1\"; }; echo hi $X",
+                                         context=ctx)
+        self.assertEqual((out, error), ("hi 5\n", None))
+        _, out, _, _ = self.run_code("f $X; pwd", context=ctx)
+        self.assertEqual(out, "f:5\n/tmp\n")
+        _, _, _, error = self.run_code("false", context=ctx)
+        self.assertEqual((error["name"], error["value"]), ("ExitCode", "1"))
+        _, _, _, error = self.run_code("sleep 300", context=ctx, timeout=1)
+        self.assertEqual(error["name"], "KeyboardInterrupt")
+        _, out, _, error = self.run_code("echo still $X", context=ctx)
+        self.assertEqual((out, error), ("still 5\n", None))
+
+    def test_binary_output(self):
+        _, out, results, _ = self.run_code("import sys\nsys.stdout.buffer.write(b'\\xff ok\\n')\nNone")
+        self.assertEqual(out, "\ufffd ok\n")
+
     def test_huge_output_is_bounded_with_a_marker(self):
         _, out, _, _ = self.run_code("import sys\nsys.stdout.write('x' * (3 << 20))")
         self.assertLess(len(out), (1 << 20) + 200)

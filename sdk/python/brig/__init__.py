@@ -6,12 +6,14 @@
         sb.files.write("hello.py", "print('hi')")
         result = sb.commands.run("python3 hello.py")
         print(result.stdout)
+        print(sb.run_code("x = 41\nx + 1").text)       # "42": a stateful code context
 
 Configuration: ``BRIG_URL`` (default http://127.0.0.1:7878) and ``BRIG_API_KEY`` from the
 environment, or the ``api_url=`` / ``api_key=`` arguments. Standard library only.
 """
 
 from ._transport import DEFAULT_API_URL
+from .code import Context, Execution, ExecutionError, Logs, Result
 from .commands import CommandHandle, Commands
 from .exceptions import (ApiConnectionError, AuthenticationError, AuthenticationException,
                          BrigError, CommandExitError, CommandExitException, ConflictError,
@@ -34,6 +36,7 @@ __all__ = [
     "Files", "EntryInfo", "FileType", "FilesystemEvent", "FilesystemEventType", "ReadStream",
     "WatchHandle",
     "Pty", "PtyHandle",
+    "Execution", "Result", "Logs", "ExecutionError", "Context",
     "BrigError", "AuthenticationError", "InvalidArgumentError", "NotFoundError",
     "SandboxTimeoutError", "ConflictError", "SandboxLostError", "ServerError",
     "NotEnoughSpaceError", "ApiConnectionError", "CommandExitError",

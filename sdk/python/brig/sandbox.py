@@ -7,6 +7,8 @@ from types import TracebackType
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from ._transport import LineStream, QueryValue, Transport, path_part
+from .code import (Context, ContextLike, ErrorHandler, Execution, OutputHandler, ResultHandler,
+                   contexts_path, iter_contexts, run_code)
 from .commands import Commands
 from .exceptions import BrigError, ConflictError, NotFoundError, SandboxLostError
 from .files import Files
@@ -33,6 +35,9 @@ class Sandbox:
         commands: run and manage processes (:class:`~brig.commands.Commands`).
         files: read and write files (:class:`~brig.files.Files`).
         pty: interactive terminals (:class:`~brig.pty.Pty`).
+
+    The code interpreter is on the sandbox itself: :meth:`run_code` and the code contexts
+    (:meth:`create_code_context`, ...).
     """
 
     commands: Commands
@@ -243,6 +248,79 @@ class Sandbox:
         except ConflictError:
             return False
         return True
+
+    # -- code interpreter --
+
+    def run_code(self, code: str, language: Optional[str] = None,
+                 context: Optional[ContextLike] = None,
+                 envs: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
+                 on_stdout: Optional[OutputHandler] = None,
+                 on_stderr: Optional[OutputHandler] = None,
+                 on_result: Optional[ResultHandler] = None,
+                 on_error: Optional[ErrorHandler] = None,
+                 request_timeout: Optional[float] = None) -> Execution:
+        """Runs code in a stateful code context and returns its :class:`~brig.Execution`.
+
+        The last expression's value is the main result (``execution.text``); ``display(...)``
+        and matplotlib figures add results. An exception the code raises does not raise here: it
+        is ``execution.error``.
+
+        Args:
+            code: the code.
+            language: only ``"python"`` today; default that of ``context``, else ``"python"``.
+            context: a :class:`~brig.Context` or its id (:meth:`create_code_context`). None: the
+                language's default context (made on first use).
+            envs: environment variables for this execution only.
+            timeout: seconds after which the daemon interrupts the execution: it then returns
+                with ``error.name == "KeyboardInterrupt"``, and the context keeps its state.
+            on_stdout, on_stderr: called with each printed message (str) as it comes.
+            on_result: called with each :class:`~brig.Result` as it comes.
+            on_error: called with the :class:`~brig.ExecutionError`, if any.
+            request_timeout: seconds the whole request may take; when it passes the daemon
+                interrupts the execution as ``timeout`` does.
+
+        Raises:
+            NotFoundError: no such context (or it is not running). InvalidArgumentError: an
+            unknown language. ConflictError: the sandbox is not running (e.g. paused).
+            SandboxLostError: the sandbox ended. SandboxTimeoutError: the execution did not stop
+            after its interrupt. ApiConnectionError: the stream broke (leaving interrupts the
+            execution).
+        """
+        return run_code(self, code, language=language, context=context, envs=envs,
+                        timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr,
+                        on_result=on_result, on_error=on_error,
+                        request_timeout=request_timeout)
+
+    def create_code_context(self, language: str = "python", cwd: Optional[str] = None,
+                            envs: Optional[Mapping[str, str]] = None) -> Context:
+        """A new code context (a fresh interpreter; numpy, pandas and matplotlib already
+        imported where installed), independent of the others.
+
+        Args:
+            language: only ``"python"`` today (another raises InvalidArgumentError).
+            cwd: its working directory (default the user's home).
+            envs: its environment variables, over the sandbox's.
+        """
+        body: Dict[str, Any] = {"language": language}
+        if cwd is not None:
+            body["cwd"] = cwd
+        if envs:
+            body["env"] = dict(envs)
+        return Context.from_json(self._call("POST", contexts_path(self), json_body=body))
+
+    def list_code_contexts(self) -> List[Context]:
+        """The sandbox's code contexts, including the default ones; those that ended have
+        ``running`` False."""
+        return list(iter_contexts(self._call("GET", contexts_path(self))))
+
+    def restart_code_context(self, context: ContextLike) -> Context:
+        """Replaces the context by a fresh one with the same id: its state is gone.
+        NotFoundError when the sandbox has no such context."""
+        return Context.from_json(self._call("POST", contexts_path(self, context, "/restart")))
+
+    def remove_code_context(self, context: ContextLike) -> None:
+        """Ends the context. NotFoundError when it is not running."""
+        self._call("DELETE", contexts_path(self, context))
 
     def is_running(self) -> bool:
         """True when its state is ``running`` (False when paused, ended or unknown)."""
