@@ -161,7 +161,7 @@ class Agent {
   void OnWatchEvents(int inotify_fd);
   void PumpDownload(Connection& c);
   void SendFileError(int fd, const absl::Status& status);
-  absl::Status MakePipes(Process& p, UniqueFd (&child_ends)[3]);
+  absl::Status MakePipes(Process& p, UniqueFd* child_ends);  // fills child_ends[0..2]
   absl::Status MakeTerminal(const Json& size, const ProcessSpec& spec, Process& p,
                             UniqueFd (&child_ends)[3]);
   void Attach(int fd, uint32_t channel, uint64_t offset, bool follow);
@@ -573,12 +573,19 @@ void Agent::ForkFromZygote(int fd, const Json& request) {
       Json{{"cwd", request.value("cwd", "")}, {"env", env}, {"language", request.value("language", "")}}
           .dump();
   auto p = std::make_unique<Process>();
-  UniqueFd child_ends[3];
-  if (absl::Status made = MakePipes(*p, child_ends); !made.ok()) {
+  UniqueFd child_ends[4];  // stdin, stdout, stderr, and its own fork-request socket
+  absl::Status made = MakePipes(*p, child_ends);
+  int forks[2];
+  if (made.ok() && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, forks) != 0) {
+    made = ErrnoError("socketpair", "fork requests");
+  }
+  if (!made.ok()) {
     return Send(fd, MessageType::kError, 0, ErrorBody(500, std::string(made.message())));
   }
-  // The request and the three descriptors in one message.
-  alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
+  p->zygote_control.reset(forks[0]);  // it can be forked in turn
+  child_ends[3].reset(forks[1]);
+  // The request and the four descriptors in one message.
+  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
   iovec iov = {what.data(), what.size()};
   msghdr msg = {};
   msg.msg_iov = &iov;
@@ -588,8 +595,9 @@ void Agent::ForkFromZygote(int fd, const Json& request) {
   cmsghdr* cm = CMSG_FIRSTHDR(&msg);
   cm->cmsg_level = SOL_SOCKET;
   cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(3 * sizeof(int));
-  int fds[3] = {child_ends[0].get(), child_ends[1].get(), child_ends[2].get()};
+  cm->cmsg_len = CMSG_LEN(4 * sizeof(int));
+  int fds[4] = {child_ends[0].get(), child_ends[1].get(), child_ends[2].get(),
+                child_ends[3].get()};
   std::memcpy(CMSG_DATA(cm), fds, sizeof fds);
   char reply[256] = {};
   pollfd answer = {zygote->zygote_control.get(), POLLIN, 0};
@@ -624,7 +632,7 @@ void Agent::ForkFromZygote(int fd, const Json& request) {
   Send(fd, MessageType::kStarted, channel, {{"pid", pid}, {"tag", tag}});
 }
 
-absl::Status Agent::MakePipes(Process& p, UniqueFd (&child_ends)[3]) {
+absl::Status Agent::MakePipes(Process& p, UniqueFd* child_ends) {
   int in[2], out[2], err[2];
   if (::pipe2(in, O_CLOEXEC) != 0) return ErrnoError("pipe2", "stdin");
   p.stdin_w.reset(in[1]);

@@ -47,32 +47,40 @@ def preload():
             pass
 
 
-# ---- zygote ----
+# ---- zygote, and forks ----
 
 def zygote():
     preload()
-    control = socket.socket(fileno=0)
+    serve_forks(socket.socket(fileno=0), lambda request: Context(request).serve())
+
+
+def serve_forks(control, become):
+    """Answers fork requests on `control`, a SOCK_SEQPACKET socket from the agent. Each brings
+    the new process's stdin, stdout, stderr and control socket as descriptors, and gets back its
+    pid; in the new process, become(request) runs and never returns."""
     while True:
         try:
-            message, fds, _, _ = socket.recv_fds(control, 65536, 3)
+            message, fds, _, _ = socket.recv_fds(control, 65536, 4)
         except InterruptedError:
             continue
+        except OSError:
+            return
         if not message:
             return  # the agent is gone
         try:
             request = json.loads(message)
-            pid = spawn_context(control, fds, request) if len(fds) == 3 else -1
+            pid = spawn(control, fds, request, become) if len(fds) == 4 else -1
         except Exception as e:  # answer, never die: the agent waits for a reply
             pid = -1
-            print(f"kernel zygote: {e!r}", file=sys.stderr, flush=True)
+            print(f"kernel: fork failed: {e!r}", file=sys.__stderr__, flush=True)
         for fd in fds:
             os.close(fd)
         control.send(json.dumps({"pid": pid}).encode())
 
 
-def spawn_context(control, fds, request):
-    """Double fork: the context is orphaned to the sandbox's PID 1 (the agent), which reaps it
-    and reports its exit like any process's. Returns its pid."""
+def spawn(control, fds, request, become):
+    """Double fork: the new process is orphaned to the sandbox's PID 1 (the agent), which reaps
+    it and reports its exit like any process's. Returns its pid."""
     r, w = os.pipe()
     child = os.fork()
     if child == 0:
@@ -80,17 +88,17 @@ def spawn_context(control, fds, request):
         grandchild = os.fork()
         if grandchild == 0:
             os.close(w)
-            control.detach()  # fd 0 is about to become the context's stdin
+            control.detach()  # its descriptor is about to be replaced
             os.setsid()  # its own process group: an interrupt reaches it alone
             signal.signal(signal.SIGINT, signal.default_int_handler)  # the zygote ignores it
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
             for fd in fds:
-                if fd > 2:
+                if fd > 3:
                     os.close(fd)
             code = 0
             try:
-                Context(request).serve()
+                become(request)
             except BaseException:
                 code = 1
             os._exit(code)
@@ -110,26 +118,37 @@ def spawn_context(control, fds, request):
 class Context:
     def __init__(self, request):
         self.language = request.get("language") or "python"
-        self.lock = threading.Lock()
-        self.current = None
         self.count = 0
         if request.get("cwd"):
             os.chdir(request["cwd"])
         os.environ.update(request.get("env") or {})
-        # The protocol keeps the real stdout; fds 1 and 2 become pipes relayed as messages.
+        self.attach()
+        self.namespace = {"__name__": "__main__", "__builtins__": __builtins__,
+                          "display": self.display}
+        self.bash = Bash() if self.language == "bash" else None
+
+    def attach(self):
+        """Takes over descriptors 0-3 as this context's: requests on 0, the protocol on a copy
+        of 1, fds 1 and 2 relayed as messages, fork requests on 3."""
+        self.lock = threading.Lock()
+        self.current = None
         self.proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-        self.relays = []
         for fd, name in ((1, "stdout"), (2, "stderr")):
             r, w = os.pipe()
             os.dup2(w, fd)
             os.close(w)
-            self.relays.append(r)
             threading.Thread(target=self.relay, args=(r, name), daemon=True).start()
         sys.stdout = Stream(self, "stdout")
         sys.stderr = Stream(self, "stderr")
-        self.namespace = {"__name__": "__main__", "__builtins__": __builtins__,
-                          "display": self.display}
-        self.bash = Bash() if self.language == "bash" else None
+        threading.Thread(target=serve_forks, args=(socket.socket(fileno=3), self.become_copy),
+                         daemon=True).start()
+
+    def become_copy(self, request):
+        """In a fork of this context: the same state, its own descriptors."""
+        if self.bash:
+            os._exit(3)  # a bash context's shell cannot be shared
+        self.attach()
+        self.serve()
 
     def emit(self, message):
         if message["type"] not in ("stdout", "stderr"):

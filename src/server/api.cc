@@ -847,6 +847,14 @@ absl::Status RestartCodeContext(SandboxManager& m, Call& c) {
   return absl::OkStatus();
 }
 
+absl::Status ForkCodeContext(SandboxManager& m, Call& c) {
+  BRIG_RETURN_IF_ERROR(NoQuery(c));
+  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
+  BRIG_ASSIGN_OR_RETURN(Json context, ForkContext(target.agent_socket, c.params["ctx"]));
+  c.out.Send(201, context);
+  return absl::OkStatus();
+}
+
 absl::Status RunCodeRoute(SandboxManager& m, Call& c) {
   BRIG_RETURN_IF_ERROR(NoQuery(c));
   BRIG_ASSIGN_OR_RETURN(Json body, ParseObject(c.request.body));
@@ -904,6 +912,7 @@ constexpr Route kRoutes[] = {
     {"GET", "/v1/sandboxes/{id}/contexts", ListCodeContexts, false},
     {"DELETE", "/v1/sandboxes/{id}/contexts/{ctx}", DeleteCodeContext, false},
     {"POST", "/v1/sandboxes/{id}/contexts/{ctx}/restart", RestartCodeContext, false},
+    {"POST", "/v1/sandboxes/{id}/contexts/{ctx}/fork", ForkCodeContext, false},
     {"POST", "/v1/sandboxes/{id}/code", RunCodeRoute, true},
 };
 

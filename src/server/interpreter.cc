@@ -174,6 +174,38 @@ absl::StatusOr<Json> RestartContext(const std::string& agent_socket, const std::
   return StartContext(s, agent_socket, request);
 }
 
+absl::StatusOr<Json> ForkContext(const std::string& agent_socket, const std::string& id) {
+  BRIG_ASSIGN_OR_RETURN(AgentSession s, AgentSession::Open(agent_socket));
+  BRIG_ASSIGN_OR_RETURN(Json list, s.List());
+  std::string language;
+  for (const Json& p : list["processes"]) {
+    Json c = ContextJson(p);
+    if (c["id"] == id && p.value("running", false)) language = c["language"].get<std::string>();
+  }
+  if (language.empty()) return absl::NotFoundError(absl::StrCat("no running context ", id));
+  if (language != "python") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("only python contexts can be forked (", id, " is ", language, ")"));
+  }
+  BRIG_ASSIGN_OR_RETURN(uint32_t original, ContextChannel(s, id));
+  const std::string copy = NewContextId();
+  BRIG_RETURN_IF_ERROR(s.Send(MessageType::kExec, 0,
+                              {{"fork", original},
+                               {"tag", absl::StrCat(kContextTag, copy, ":", language)},
+                               {"language", language},
+                               {"stdin", true}}));
+  for (;;) {
+    BRIG_ASSIGN_OR_RETURN(Message m, s.Reply());
+    if (m.type == MessageType::kError) return StatusFromAgentError(ParseBody(m));
+    if (m.type != MessageType::kStarted) continue;
+    return Json{{"id", copy},
+                {"language", language},
+                {"pid", ParseBody(m).value("pid", -1)},
+                {"running", true},
+                {"forked_from", id}};
+  }
+}
+
 absl::Status RunCode(const std::string& agent_socket, const CodeRequest& request,
                      const StreamControl& control, const LineSink& sink) {
   BRIG_RETURN_IF_ERROR(CheckLanguage(request.language));

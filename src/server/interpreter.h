@@ -29,6 +29,10 @@ absl::Status DeleteContext(const std::string& agent_socket, const std::string& i
 // A fresh context with the same id (its state is gone).
 absl::StatusOr<Json> RestartContext(const std::string& agent_socket, const std::string& id);
 
+// A new context that starts as a copy of a running one's whole state (a fork of its process;
+// the original is not disturbed). Python contexts only.
+absl::StatusOr<Json> ForkContext(const std::string& agent_socket, const std::string& id);
+
 struct CodeRequest {
   std::string code;
   std::string context;  // empty: the language's default context, made on first use

@@ -120,6 +120,28 @@ Rich()'''
                                                  {"code": "1", "context": b})
         self.assertEqual(status, 404, body)
 
+    def test_fork_copies_the_whole_state_without_disturbing_the_original(self):
+        original = self.context()["id"]
+        self.run_code("data = list(range(100000)); tag = 'original'", context=original)
+        copy = self.api("POST", f"/v1/sandboxes/{self.sid}/contexts/{original}/fork", expect=201)
+        self.assertEqual(copy["forked_from"], original)
+        self.assertNotEqual(copy["id"], original)
+        _, _, results, _ = self.run_code("tag = 'copy'\n(len(data), tag)", context=copy["id"])
+        self.assertEqual(results[0]["data"]["text/plain"], "(100000, 'copy')")
+        _, _, results, _ = self.run_code("(len(data), tag)", context=original)
+        self.assertEqual(results[0]["data"]["text/plain"], "(100000, 'original')")
+        # The copy is a context like any: interruptible, and forkable in turn.
+        _, _, _, error = self.run_code("import time\ntime.sleep(60)", context=copy["id"], timeout=1)
+        self.assertEqual(error["name"], "KeyboardInterrupt")
+        again = self.api("POST", f"/v1/sandboxes/{self.sid}/contexts/{copy['id']}/fork",
+                         expect=201)
+        self.assertEqual(self.run_code("tag", context=again["id"])[2][0]["data"]["text/plain"],
+                         "'copy'")
+        bash = self.context(language="bash")["id"]
+        status, body = self.daemon.request("POST",
+                                           f"/v1/sandboxes/{self.sid}/contexts/{bash}/fork")
+        self.assertError(status, body, 400, "forking a bash context")
+
     def test_twenty_contexts_in_parallel(self):
         ids = [self.context()["id"] for _ in range(20)]
         outputs, failures = {}, []
