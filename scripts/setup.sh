@@ -16,6 +16,8 @@ packages=(
   python3-pip python3-setuptools
   # the code interpreter's preloaded libraries (the template takes them from the host's /usr)
   python3-numpy python3-pandas python3-matplotlib
+  # the code-context benchmark's peer: a Jupyter kernel
+  python3-jupyter-client python3-ipykernel
 )
 
 missing=()

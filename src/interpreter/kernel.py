@@ -51,10 +51,55 @@ def preload():
 
 def zygote():
     preload()
-    serve_forks(socket.socket(fileno=0), lambda request: Context(request).serve())
+    control = socket.socket(fileno=0)
+    spare = Spare(control)
+    serve_forks(control, lambda request: Context(request).serve(), spare)
 
 
-def serve_forks(control, become):
+class Spare:
+    """A context made ahead of time: a fork of the zygote that already left it and waits for
+    its descriptors. Handing it out is one message, so a new context costs no fork on the
+    request's path; the next spare is forked after the answer."""
+
+    def __init__(self, control):
+        self.control = control
+        self.ready = None  # (pid, socket to it)
+        self.make()
+
+    def make(self):
+        ours, its = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+        def wait_for_work(_):
+            ours.close()
+            message, fds, _, _ = socket.recv_fds(its, 65536, 4)
+            if not message or len(fds) != 4:
+                os._exit(0)  # the zygote went away, or sent nothing usable
+            take_descriptors(fds)
+            Context(json.loads(message)).serve()
+
+        pid = spawn(self.control, [], {}, wait_for_work)
+        its.close()
+        self.ready = (pid, ours)
+
+    def hand_out(self, fds, request):
+        """Gives the spare its descriptors and request; returns its pid."""
+        pid, sock = self.ready
+        self.ready = None
+        socket.send_fds(sock, [json.dumps(request).encode()], fds)
+        sock.close()
+        return pid
+
+
+def take_descriptors(fds):
+    """stdin, stdout, stderr and the fork-request socket become descriptors 0-3."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    for fd in fds:
+        if fd > 3:
+            os.close(fd)
+
+
+def serve_forks(control, become, spare=None):
     """Answers fork requests on `control`, a SOCK_SEQPACKET socket from the agent. Each brings
     the new process's stdin, stdout, stderr and control socket as descriptors, and gets back its
     pid; in the new process, become(request) runs and never returns."""
@@ -69,13 +114,20 @@ def serve_forks(control, become):
             return  # the agent is gone
         try:
             request = json.loads(message)
-            pid = spawn(control, fds, request, become) if len(fds) == 4 else -1
+            if len(fds) != 4:
+                pid = -1
+            elif spare is not None:
+                pid = spare.hand_out(fds, request)
+            else:
+                pid = spawn(control, fds, request, become)
         except Exception as e:  # answer, never die: the agent waits for a reply
             pid = -1
             print(f"kernel: fork failed: {e!r}", file=sys.__stderr__, flush=True)
         for fd in fds:
             os.close(fd)
         control.send(json.dumps({"pid": pid}).encode())
+        if spare is not None:
+            spare.make()
 
 
 def spawn(control, fds, request, become):
@@ -91,11 +143,8 @@ def spawn(control, fds, request, become):
             control.detach()  # its descriptor is about to be replaced
             os.setsid()  # its own process group: an interrupt reaches it alone
             signal.signal(signal.SIGINT, signal.default_int_handler)  # the zygote ignores it
-            for target, fd in enumerate(fds):
-                os.dup2(fd, target)
-            for fd in fds:
-                if fd > 3:
-                    os.close(fd)
+            if fds:
+                take_descriptors(fds)
             code = 0
             try:
                 become(request)
@@ -109,8 +158,24 @@ def spawn(control, fds, request, become):
     while chunk := os.read(r, 32):
         data += chunk
     os.close(r)
-    os.waitpid(child, 0)
+    # The middle process is exiting (tearing down its copy of this address space takes a
+    # while): reap it later, not on the new context's critical path.
+    reap_later(child)
     return int(data)
+
+
+_unreaped = []
+
+
+def reap_later(pid):
+    _unreaped.append(pid)
+    for p in list(_unreaped):
+        try:
+            done, _ = os.waitpid(p, os.WNOHANG)
+        except ChildProcessError:
+            done = p
+        if done:
+            _unreaped.remove(p)
 
 
 # ---- context ----
@@ -133,10 +198,14 @@ class Context:
         self.lock = threading.Lock()
         self.current = None
         self.proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+        self.relay_lock = threading.Lock()
+        self.relays = []
         for fd, name in ((1, "stdout"), (2, "stderr")):
             r, w = os.pipe()
             os.dup2(w, fd)
             os.close(w)
+            os.set_blocking(r, False)
+            self.relays.append((r, name))
             threading.Thread(target=self.relay, args=(r, name), daemon=True).start()
         sys.stdout = Stream(self, "stdout")
         sys.stderr = Stream(self, "stderr")
@@ -161,14 +230,25 @@ class Context:
             self.proto.write(line + "\n")
 
     def relay(self, fd, name):
+        import select
         while True:
-            try:
-                data = os.read(fd, 65536)
-            except OSError:
+            select.select([fd], [], [])
+            if not self.drain(fd, name):
                 return
-            if not data:
-                return
-            self.emit({"type": name, "text": data.decode("utf-8", "replace")})
+
+    def drain(self, fd, name):
+        """Relays what is in a pipe now; False at its end."""
+        with self.relay_lock:
+            while True:
+                try:
+                    data = os.read(fd, 65536)
+                except BlockingIOError:
+                    return True
+                except OSError:
+                    return False
+                if not data:
+                    return False
+                self.emit({"type": name, "text": data.decode("utf-8", "replace")})
 
     def serve(self):
         stdin = io.TextIOWrapper(io.FileIO(0, closefd=False), encoding="utf-8")
@@ -205,6 +285,9 @@ class Context:
                     os.environ[k] = v
             sys.stdout.flush()
             sys.stderr.flush()
+            # What subprocesses wrote is in the pipes by now: it belongs to this execution.
+            for fd, name in self.relays:
+                self.drain(fd, name)
             self.emit({"type": "end", "execution_count": self.count})
 
     def run(self, code):

@@ -814,7 +814,18 @@ absl::Status CreateCodeContext(SandboxManager& m, Call& c) {
   BRIG_RETURN_IF_ERROR(f.String("cwd", &request.cwd));
   BRIG_RETURN_IF_ERROR(f.Map("env", &env));
   BRIG_RETURN_IF_ERROR(CheckEnv(env));
+  if (!request.cwd.empty() && request.cwd[0] != '/') {
+    return absl::InvalidArgumentError("field \"cwd\" must be an absolute path");
+  }
   BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
+  if (!request.cwd.empty()) {
+    absl::StatusOr<Json> dir =
+        FileOperation(target.agent_socket, {{"op", "stat"}, {"path", request.cwd}, {"user", "user"}});
+    if (!dir.ok() || (*dir)["type"] != "dir") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("field \"cwd\": ", request.cwd, " is not a directory in the sandbox"));
+    }
+  }
   StringMap all = target.env;
   for (auto& [k, v] : env) all[k] = v;
   request.env = EnvList(all);
@@ -842,7 +853,8 @@ absl::Status DeleteCodeContext(SandboxManager& m, Call& c) {
 absl::Status RestartCodeContext(SandboxManager& m, Call& c) {
   BRIG_RETURN_IF_ERROR(NoQuery(c));
   BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
-  BRIG_ASSIGN_OR_RETURN(Json context, RestartContext(target.agent_socket, c.params["ctx"]));
+  BRIG_ASSIGN_OR_RETURN(Json context,
+                        RestartContext(target.agent_socket, c.params["ctx"], EnvList(target.env)));
   c.out.Send(200, context);
   return absl::OkStatus();
 }
@@ -873,6 +885,7 @@ absl::Status RunCodeRoute(SandboxManager& m, Call& c) {
   BRIG_RETURN_IF_ERROR(f.Number("timeout", &timeout, 0, kMaxSandboxTimeoutS));
   request.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
   BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
+  request.context_env = EnvList(target.env);
   return RunCode(target.agent_socket, request, ControlOf(c), SinkOf(c));
 }
 

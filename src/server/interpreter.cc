@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/random.h>
 
+#include <algorithm>
 #include <map>
 #include <limits>
 #include <mutex>
@@ -115,16 +116,33 @@ absl::StatusOr<Json> StartContext(AgentSession& s, const std::string& agent_sock
   }
 }
 
-// The running context's channel, or NotFound.
+// The running context's channel (the newest, if a restart's old process still runs), or
+// NotFound.
 absl::StatusOr<uint32_t> ContextChannel(AgentSession& s, const std::string& id) {
   BRIG_ASSIGN_OR_RETURN(Json list, s.List());
+  uint32_t channel = 0;
   for (const Json& p : list["processes"]) {
     const std::string tag = p.value("tag", "");
     if (absl::StartsWith(tag, absl::StrCat(kContextTag, id, ":")) && p.value("running", false)) {
-      return p.value("channel", 0u);
+      channel = std::max(channel, p.value("channel", 0u));
     }
   }
-  return absl::NotFoundError(absl::StrCat("no running context ", id));
+  if (channel == 0) return absl::NotFoundError(absl::StrCat("no running context ", id));
+  return channel;
+}
+
+// Kills a context's process and waits until the agent has reaped it, so that an answer
+// never races the old process.
+absl::Status KillAndWait(AgentSession& s, uint32_t channel) {
+  BRIG_RETURN_IF_ERROR(s.Send(MessageType::kSignal, channel, {{"signal", SIGKILL}}));
+  BRIG_RETURN_IF_ERROR(s.Send(MessageType::kAttach, channel,
+                              {{"offset", std::numeric_limits<uint64_t>::max()}}));
+  for (;;) {
+    BRIG_ASSIGN_OR_RETURN(Message m, s.Reply());
+    if (m.channel != channel) continue;
+    if (m.type == MessageType::kExited) return absl::OkStatus();
+    if (m.type == MessageType::kError) return StatusFromAgentError(ParseBody(m));
+  }
 }
 
 }  // namespace
@@ -152,11 +170,11 @@ absl::StatusOr<Json> ListContexts(const std::string& agent_socket) {
 absl::Status DeleteContext(const std::string& agent_socket, const std::string& id) {
   BRIG_ASSIGN_OR_RETURN(AgentSession s, AgentSession::Open(agent_socket));
   BRIG_ASSIGN_OR_RETURN(uint32_t channel, ContextChannel(s, id));
-  BRIG_RETURN_IF_ERROR(s.Send(MessageType::kSignal, channel, {{"signal", SIGKILL}}));
-  return s.List().status();  // answered after the signal: an error would come first
+  return KillAndWait(s, channel);
 }
 
-absl::StatusOr<Json> RestartContext(const std::string& agent_socket, const std::string& id) {
+absl::StatusOr<Json> RestartContext(const std::string& agent_socket, const std::string& id,
+                                    const std::vector<std::string>& env) {
   BRIG_ASSIGN_OR_RETURN(AgentSession s, AgentSession::Open(agent_socket));
   BRIG_ASSIGN_OR_RETURN(Json list, s.List());
   std::string language;
@@ -166,11 +184,12 @@ absl::StatusOr<Json> RestartContext(const std::string& agent_socket, const std::
   }
   if (language.empty()) return absl::NotFoundError(absl::StrCat("no context ", id));
   if (absl::StatusOr<uint32_t> old = ContextChannel(s, id); old.ok()) {
-    BRIG_RETURN_IF_ERROR(s.Send(MessageType::kSignal, *old, {{"signal", SIGKILL}}));
+    BRIG_RETURN_IF_ERROR(KillAndWait(s, *old));
   }
   ContextRequest request;
   request.language = language;
   request.id = id;
+  request.env = env;
   return StartContext(s, agent_socket, request);
 }
 
@@ -216,6 +235,7 @@ absl::Status RunCode(const std::string& agent_socket, const CodeRequest& request
     ContextRequest create;
     create.language = request.language;
     create.id = id;
+    create.env = request.context_env;
     BRIG_RETURN_IF_ERROR(StartContext(s, agent_socket, create).status());
     found = ContextChannel(s, id);
   }

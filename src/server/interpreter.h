@@ -26,8 +26,9 @@ struct ContextRequest {
 absl::StatusOr<Json> CreateContext(const std::string& agent_socket, const ContextRequest& request);
 absl::StatusOr<Json> ListContexts(const std::string& agent_socket);
 absl::Status DeleteContext(const std::string& agent_socket, const std::string& id);
-// A fresh context with the same id (its state is gone).
-absl::StatusOr<Json> RestartContext(const std::string& agent_socket, const std::string& id);
+// A fresh context with the same id and `env` (its state is gone; it starts in the home dir).
+absl::StatusOr<Json> RestartContext(const std::string& agent_socket, const std::string& id,
+                                    const std::vector<std::string>& env);
 
 // A new context that starts as a copy of a running one's whole state (a fork of its process;
 // the original is not disturbed). Python contexts only.
@@ -38,6 +39,7 @@ struct CodeRequest {
   std::string context;  // empty: the language's default context, made on first use
   std::string language = "python";
   std::vector<std::string> env;  // for this execution only
+  std::vector<std::string> context_env;  // for the default context, when it is made
   std::chrono::milliseconds timeout{0};
 };
 

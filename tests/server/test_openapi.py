@@ -178,6 +178,7 @@ PROBES = {
     ("GET", "/v1/sandboxes/{id}/contexts"): ({}, None),
     ("POST", "/v1/sandboxes/{id}/code"): ({}, {"code": "1 + 1"}),
     ("POST", "/v1/sandboxes/{id}/contexts/{ctx}/restart"): ({}, None),
+    ("POST", "/v1/sandboxes/{id}/contexts/{ctx}/fork"): ({}, None),
     ("DELETE", "/v1/sandboxes/{id}/contexts/{ctx}"): ({}, None),
     # Refused before it kills anything (the class cleanup kills the sandbox).
     ("DELETE", "/v1/sandboxes/{id}"): ({"openapi_probe": "1"}, None),
