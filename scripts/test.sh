@@ -23,3 +23,4 @@ trap 'rm -rf "$bench_state"' EXIT
 build/bench/run_vs_bwrap --iterations 20 --brig build/brig --state-dir "$bench_state"
 build/bench/agent_roundtrip --iterations 20 --brig build/brig --state-dir "$bench_state"
 build/bench/http_api --iterations 20 --brig build/brig --state-dir "$bench_state"
+/usr/bin/python3 bench/code_context.py --iterations 10 --jupyter-iterations 2 --brig build/brig
