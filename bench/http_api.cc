@@ -7,8 +7,8 @@
 // Starts its own `brig serve` on a free loopback port. Reports p50/p95/p99 and the ratios.
 //
 // Usage: http_api [--iterations N] [--state-dir DIR] [--brig PATH]
-#include <signal.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -61,7 +61,8 @@ bool EngineLifecycle(const brig::Engine& engine, const brig::AgentOptions& optio
   auto sandbox = engine.LaunchAgent({}, options);
   if (!sandbox.ok()) return false;
   auto conn = AgentConnection::Connect(options.socket_path);
-  if (!conn.ok() || !conn->Send({MessageType::kExec, 0, 0, R"({"argv":["/bin/echo","hi"]})"}).ok()) {
+  if (!conn.ok() ||
+      !conn->Send({MessageType::kExec, 0, 0, R"({"argv":["/bin/echo","hi"]})"}).ok()) {
     return false;
   }
   while (auto m = conn->Next()) {
@@ -162,8 +163,7 @@ int main(int argc, char** argv) {
   if (created.ok()) (void)api->Call("DELETE", "/v1/sandboxes/" + id);
 
   brig::bench::PrintHeader("workload");
-  brig::bench::PrintRow("HTTP: create → first byte of `echo hi` → kill", http_create,
-                        http_errors);
+  brig::bench::PrintRow("HTTP: create → first byte of `echo hi` → kill", http_create, http_errors);
   brig::bench::PrintRow("peer, in-process engine: the same", engine_create, engine_errors);
   brig::bench::PrintRow("HTTP: command round trip (`/bin/true`)", http_trip, trip_errors);
   brig::bench::PrintRow("peer, in-process agent connection: the same", engine_trip, trip_errors);

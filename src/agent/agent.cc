@@ -1,6 +1,7 @@
 #include "agent/agent.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -8,17 +9,16 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
-#include <algorithm>
-#include <chrono>
 #include <memory>
 #include <optional>
 #include <set>
@@ -569,9 +569,10 @@ void Agent::ForkFromZygote(int fd, const Json& request) {
       if (eq != std::string::npos && eq > 0) env[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
   }
-  std::string what =
-      Json{{"cwd", request.value("cwd", "")}, {"env", env}, {"language", request.value("language", "")}}
-          .dump();
+  std::string what = Json{{"cwd", request.value("cwd", "")},
+                          {"env", env},
+                          {"language", request.value("language", "")}}
+                         .dump();
   auto p = std::make_unique<Process>();
   UniqueFd child_ends[4];  // stdin, stdout, stderr, and its own fork-request socket
   absl::Status made = MakePipes(*p, child_ends);
@@ -596,8 +597,7 @@ void Agent::ForkFromZygote(int fd, const Json& request) {
   cm->cmsg_level = SOL_SOCKET;
   cm->cmsg_type = SCM_RIGHTS;
   cm->cmsg_len = CMSG_LEN(4 * sizeof(int));
-  int fds[4] = {child_ends[0].get(), child_ends[1].get(), child_ends[2].get(),
-                child_ends[3].get()};
+  int fds[4] = {child_ends[0].get(), child_ends[1].get(), child_ends[2].get(), child_ends[3].get()};
   std::memcpy(CMSG_DATA(cm), fds, sizeof fds);
   char reply[256] = {};
   pollfd answer = {zygote->zygote_control.get(), POLLIN, 0};
@@ -862,10 +862,9 @@ void Agent::PumpDownload(Connection& c) {
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    c.pending += n == 0 ? Encode({MessageType::kFileEnd, 0, 0,
-                                  Json{{"size", c.download_sent}}.dump()})
-                        : Encode({MessageType::kError, 0, 0,
-                                  ErrorBody(500, std::strerror(errno)).dump()});
+    c.pending +=
+        n == 0 ? Encode({MessageType::kFileEnd, 0, 0, Json{{"size", c.download_sent}}.dump()})
+               : Encode({MessageType::kError, 0, 0, ErrorBody(500, std::strerror(errno)).dump()});
     c.download.reset();
   }
 }

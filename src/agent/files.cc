@@ -176,7 +176,7 @@ std::string ResolvePath(const std::string& path, SandboxUser user) {
 absl::StatusOr<Json> StatEntry(const std::string& path) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return Failed("stat", path);
-  const char* type = S_ISREG(st.st_mode) ? "file"
+  const char* type = S_ISREG(st.st_mode)   ? "file"
                      : S_ISDIR(st.st_mode) ? "dir"
                      : S_ISLNK(st.st_mode) ? "symlink"
                                            : "other";

@@ -1,10 +1,10 @@
 #include "cli/api_client.h"
 
 #include <boost/asio/connect.hpp>
-#include <limits>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <limits>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -88,9 +88,8 @@ absl::Status ApiClient::Stream(const std::string& method, const std::string& tar
 
 absl::Status ApiClient::CallBytes(const std::string& method, const std::string& target,
                                   const std::string& bytes) const {
-  return Exchange(method, target, bytes, "application/octet-stream", [](const Json&) {
-    return true;
-  });
+  return Exchange(method, target, bytes, "application/octet-stream",
+                  [](const Json&) { return true; });
 }
 
 absl::Status ApiClient::Exchange(const std::string& method, const std::string& target,

@@ -3,10 +3,10 @@
 #pragma once
 
 #include <cstdint>
-
-#include "base/status.h"
 #include <string>
 #include <vector>
+
+#include "base/status.h"
 
 namespace brig {
 

@@ -15,9 +15,9 @@ namespace {
 // where the command starts.
 int FindCommandSeparator(int argc, char** argv) {
   static const std::set<std::string> kTakesValue = {
-      "--state-dir", "--url",     "--api-key", "--memory", "--cpus", "--pids",
-      "--disk",      "--timeout", "--env",     "-e",       "--workdir", "-w",
-      "--user",      "-u",        "--stats-file"};
+      "--state-dir", "--url",  "--api-key", "--memory", "--cpus",
+      "--pids",      "--disk", "--timeout", "--env",    "-e",
+      "--workdir",   "-w",     "--user",    "-u",       "--stats-file"};
   std::string subcommand;
   int positionals = 0;  // exec takes the sandbox id before the command
   for (int i = 1; i < argc; ++i) {
@@ -71,8 +71,7 @@ int main(int argc, char** argv) {
 
   brig::ServeFlags serve;
   CLI::App* serve_cmd = app.add_subcommand("serve", "run the daemon: the HTTP API");
-  serve_cmd->add_option("--listen", serve.listen, "HOST:PORT to listen on")
-      ->capture_default_str();
+  serve_cmd->add_option("--listen", serve.listen, "HOST:PORT to listen on")->capture_default_str();
 
   brig::CreateFlags create;
   CLI::App* create_cmd = app.add_subcommand("create", "create a long-lived sandbox");
@@ -122,7 +121,8 @@ int main(int argc, char** argv) {
   shell_cmd->prefix_command();
 
   brig::CodeFlags code;
-  CLI::App* code_cmd = app.add_subcommand("code", "run code in a sandbox's interpreter: code ID CODE");
+  CLI::App* code_cmd =
+      app.add_subcommand("code", "run code in a sandbox's interpreter: code ID CODE");
   code_cmd->add_option("id", code.id, "sandbox id")->required();
   code_cmd->add_option("code", code.code, "the code (Python)")->required();
   code_cmd->add_option("--context", code.context, "context id (default: the language's default)");

@@ -41,7 +41,8 @@ absl::StatusOr<ApiClient> ConnectToDaemon(const RemoteFlags& remote) {
   if (key.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "no API key: pass --api-key, set BRIG_API_KEY, or run as root with the daemon's state "
-        "dir (", remote.state_dir, "/api-key)"));
+        "dir (",
+        remote.state_dir, "/api-key)"));
   }
   return ApiClient::Create(url, key);
 }
@@ -71,14 +72,9 @@ absl::StatusOr<Json> CreateBody(const CreateFlags& f) {
   BRIG_ASSIGN_OR_RETURN(int64_t timeout, Seconds(f.timeout));
   BRIG_ASSIGN_OR_RETURN(Json env, PairsToObject(f.env, "--env"));
   BRIG_ASSIGN_OR_RETURN(Json metadata, PairsToObject(f.metadata, "--meta"));
-  Json body = {{"template", f.template_name},
-               {"cpus", f.cpus},
-               {"memory_mb", memory >> 20},
-               {"disk_mb", disk >> 20},
-               {"pids", f.pids},
-               {"env", env},
-               {"metadata", metadata},
-               {"timeout", timeout}};
+  Json body = {{"template", f.template_name}, {"cpus", f.cpus},    {"memory_mb", memory >> 20},
+               {"disk_mb", disk >> 20},       {"pids", f.pids},    {"env", env},
+               {"metadata", metadata},        {"timeout", timeout}};
   if (!f.name.empty()) body["name"] = f.name;
   return body;
 }
@@ -108,8 +104,8 @@ struct StreamPrinter {
       WriteAll(type == "stdout" ? STDOUT_FILENO : STDERR_FILENO, bytes);
     } else if (type == "exit") {
       timed_out = line.value("timed_out", false);
-      exit_code = line.contains("signal") ? 128 + line.value("signal", 0)
-                                          : line.value("exit_code", 0);
+      exit_code =
+          line.contains("signal") ? 128 + line.value("signal", 0) : line.value("exit_code", 0);
     } else if (type == "error") {
       error = line.value("message", "");
       std::fprintf(stderr, "brig: %s\n", error.c_str());
@@ -129,8 +125,7 @@ struct StreamPrinter {
 
 absl::StatusOr<Json> CommandBody(const ExecFlags& f) {
   BRIG_ASSIGN_OR_RETURN(Json env, PairsToObject(f.env, "--env"));
-  Json body = {{"argv", f.command}, {"env", env}, {"user", f.user},
-               {"background", f.background}};
+  Json body = {{"argv", f.command}, {"env", env}, {"user", f.user}, {"background", f.background}};
   if (!f.workdir.empty()) body["cwd"] = f.workdir;
   if (!f.timeout.empty()) {
     BRIG_ASSIGN_OR_RETURN(std::chrono::milliseconds ms, ParseDuration(f.timeout));
@@ -223,8 +218,8 @@ int TimeoutCommand(const RemoteFlags& remote, const std::string& id, const std::
   auto client = ConnectToDaemon(remote);
   if (!client.ok()) return Fail(client.status());
   // A bare number is seconds.
-  auto seconds = Seconds(std::all_of(timeout.begin(), timeout.end(), ::isdigit) ? timeout + "s"
-                                                                                 : timeout);
+  auto seconds =
+      Seconds(std::all_of(timeout.begin(), timeout.end(), ::isdigit) ? timeout + "s" : timeout);
   if (!seconds.ok()) return Fail(seconds.status());
   auto r = client->Call("POST", absl::StrCat("/v1/sandboxes/", id, "/timeout"),
                         Json{{"timeout", *seconds}});
@@ -233,9 +228,8 @@ int TimeoutCommand(const RemoteFlags& remote, const std::string& id, const std::
     std::printf("%s\n", r->body.dump(2).c_str());
   } else {
     std::printf("%s expires at %s\n", id.c_str(),
-                r->body["expires_at"].is_string()
-                    ? r->body["expires_at"].get<std::string>().c_str()
-                    : "(paused)");
+                r->body["expires_at"].is_string() ? r->body["expires_at"].get<std::string>().c_str()
+                                                  : "(paused)");
   }
   return 0;
 }
@@ -246,8 +240,8 @@ int LogsCommand(const RemoteFlags& remote, const LogsFlags& flags) {
   StreamPrinter printer;
   absl::Status s = client->Stream(
       "GET",
-      absl::StrCat("/v1/sandboxes/", flags.id, "/commands/", flags.pid, "/output?offset=",
-                   flags.offset, "&follow=", flags.follow ? "true" : "false"),
+      absl::StrCat("/v1/sandboxes/", flags.id, "/commands/", flags.pid,
+                   "/output?offset=", flags.offset, "&follow=", flags.follow ? "true" : "false"),
       std::nullopt, std::ref(printer));
   if (!s.ok()) return Fail(s);
   return printer.error.empty() ? 0 : kExitBrigError;
@@ -264,8 +258,8 @@ int CodeCommand(const RemoteFlags& remote, const CodeFlags& flags) {
     body["timeout"] = static_cast<double>(ms->count()) / 1000.0;
   }
   bool failed = false;
-  absl::Status s = client->Stream(
-      "POST", "/v1/sandboxes/" + flags.id + "/code", body, [&](const Json& line) {
+  absl::Status s =
+      client->Stream("POST", "/v1/sandboxes/" + flags.id + "/code", body, [&](const Json& line) {
         if (remote.json) {
           std::printf("%s\n", line.dump().c_str());
           std::fflush(stdout);
@@ -284,7 +278,8 @@ int CodeCommand(const RemoteFlags& remote, const CodeFlags& flags) {
             if (l.is_string()) trace += l.get<std::string>();
           }
           if (trace.empty()) {
-            trace = line.value("name", "error") + ": " + line.value("value", line.value("message", ""));
+            trace =
+                line.value("name", "error") + ": " + line.value("value", line.value("message", ""));
             trace += "\n";
           }
           WriteAll(STDERR_FILENO, trace);

@@ -61,9 +61,8 @@ int ServeCommand(const ServeFlags& flags) {
   if (!sandboxes.ok()) return Fail(sandboxes.status());
   server::Api api(**sandboxes, *key);
   auto http = server::HttpServer::Start(
-      flags.listen, [&api](const server::HttpRequest& r, server::Responder& out) {
-        api.Handle(r, out);
-      },
+      flags.listen,
+      [&api](const server::HttpRequest& r, server::Responder& out) { api.Handle(r, out); },
       server::Api::BodyStreams);
   if (!http.ok()) return Fail(http.status());
 

@@ -71,12 +71,12 @@ int ShellCommand(const RemoteFlags& remote, const ShellFlags& flags) {
   Json env = Json::object();
   const char* term = std::getenv("TERM");
   env["TERM"] = term != nullptr && *term != '\0' ? term : "xterm-256color";
-  Json body = {{"argv", flags.command.empty() ? std::vector<std::string>{"/bin/bash", "-l"}
-                                              : flags.command},
-               {"env", env},
-               {"user", flags.user},
-               {"background", true},
-               {"pty", {{"rows", size.ws_row}, {"cols", size.ws_col}}}};
+  Json body = {
+      {"argv", flags.command.empty() ? std::vector<std::string>{"/bin/bash", "-l"} : flags.command},
+      {"env", env},
+      {"user", flags.user},
+      {"background", true},
+      {"pty", {{"rows", size.ws_row}, {"cols", size.ws_col}}}};
   if (!flags.workdir.empty()) body["cwd"] = flags.workdir;
   const std::string commands = "/v1/sandboxes/" + flags.id + "/commands";
   auto started = client->Call("POST", commands, body);
@@ -107,15 +107,16 @@ int ShellCommand(const RemoteFlags& remote, const ShellFlags& flags) {
           done += static_cast<size_t>(n);
         }
       } else if (type == "exit") {
-        exit_code = line.contains("signal") ? 128 + line.value("signal", 0)
-                                            : line.value("exit_code", 0);
+        exit_code =
+            line.contains("signal") ? 128 + line.value("signal", 0) : line.value("exit_code", 0);
       }
       return true;
     });
     (void)!::write(done_w.get(), "x", 1);
   });
 
-  pollfd fds[3] = {{STDIN_FILENO, POLLIN, 0}, {resized.get(), POLLIN, 0}, {done_r.get(), POLLIN, 0}};
+  pollfd fds[3] = {
+      {STDIN_FILENO, POLLIN, 0}, {resized.get(), POLLIN, 0}, {done_r.get(), POLLIN, 0}};
   for (;;) {
     if (::poll(fds, 3, -1) < 0 && errno != EINTR) break;
     if (fds[2].revents) break;  // the process ended (or its stream did)
@@ -124,7 +125,8 @@ int ShellCommand(const RemoteFlags& remote, const ShellFlags& flags) {
       while (::read(resized.get(), &si, sizeof si) == sizeof si) {
       }
       winsize ws = SizeOf(STDIN_FILENO);
-      (void)client->Call("POST", process + "/resize", Json{{"rows", ws.ws_row}, {"cols", ws.ws_col}});
+      (void)client->Call("POST", process + "/resize",
+                         Json{{"rows", ws.ws_row}, {"cols", ws.ws_col}});
     }
     if (fds[0].revents & (POLLIN | POLLHUP)) {
       char buf[4096];

@@ -141,7 +141,8 @@ absl::Status CheckTraversable(const std::string& state_dir) {
           "the state directory ", state_dir, " is inside ", dir,
           ", which others cannot search (mode ", absl::StrFormat("%o", st.st_mode & 07777),
           "): sandboxes reach the state directory as unprivileged users. Use another state "
-          "directory, or chmod o+x ", dir));
+          "directory, or chmod o+x ",
+          dir));
     }
   }
   return absl::OkStatus();

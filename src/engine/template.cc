@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <functional>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <system_error>
 
 #include "base/files.h"
@@ -89,8 +89,7 @@ constexpr Dir kSkeletonDirs[] = {
     {"tmp", 01777, 0},     {"run", 0755, 0},     {"run/lock", 01777, 0},    {"var", 0755, 0},
     {"var/tmp", 01777, 0}, {"var/log", 0755, 0}, {"var/cache", 0755, 0},    {"var/lib", 0755, 0},
     {"home", 0755, 0},     {"root", 0700, 0},    {"opt", 0755, 0},          {"mnt", 0755, 0},
-    {"srv", 0755, 0},      {"etc", 0755, 0},     {"home/user", 0750, 1000},
-    {"opt/brig", 0755, 0},
+    {"srv", 0755, 0},      {"etc", 0755, 0},     {"home/user", 0750, 1000}, {"opt/brig", 0755, 0},
 };
 
 // The code interpreter's kernel (src/interpreter/kernel.py), embedded at build time.
@@ -196,7 +195,8 @@ absl::Status BuildSkeleton(const fs::path& root) {
 // What makes a skeleton stale: its version, and the host packages it mirrors.
 std::string Fingerprint() {
   std::string out(kTemplateVersion);
-  absl::StrAppend(&out, " kernel-", std::hash<std::string_view>()(std::string_view(kKernel.data(), kKernel.size())));
+  absl::StrAppend(&out, " kernel-",
+                  std::hash<std::string_view>()(std::string_view(kKernel.data(), kKernel.size())));
   for (const char* f : {"/etc/ld.so.cache", "/etc/alternatives", "/etc/ssl/certs"}) {
     struct stat st = {};
     if (::stat(f, &st) == 0) absl::StrAppend(&out, " ", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);

@@ -17,7 +17,9 @@ uint64_t GetLe(const char* p, int bytes) {
 
 }  // namespace
 
-bool IsKnownType(uint16_t type) { return (type >= 1 && type <= 14) || (type >= 100 && type <= 111); }
+bool IsKnownType(uint16_t type) {
+  return (type >= 1 && type <= 14) || (type >= 100 && type <= 111);
+}
 
 std::string OutputPayload(uint64_t offset, absl::string_view bytes) {
   std::string payload;

@@ -134,7 +134,6 @@ Json ParseBody(const Message& m) {
   return body.is_object() ? body : Json::object();
 }
 
-
 absl::StatusOr<AgentSession> AgentSession::Open(const std::string& socket) {
   absl::StatusOr<AgentConnection> c = AgentConnection::Connect(socket);
   if (!c.ok()) {
@@ -257,6 +256,5 @@ absl::Status AgentSession::Pump(uint32_t channel, const StreamControl& control,
     if (last) return absl::OkStatus();
   }
 }
-
 
 }  // namespace brig::server

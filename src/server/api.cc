@@ -7,9 +7,9 @@
 #include <set>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "server/agent_session.h"
@@ -410,9 +410,9 @@ absl::Status ListSandboxes(SandboxManager& m, Call& c) {
   BRIG_ASSIGN_OR_RETURN(ListPage page, m.List(query));
   Json list = Json::array();
   for (const SandboxRecord& r : page.sandboxes) list.push_back(SandboxJson(r));
-  c.out.Send(200, {{"sandboxes", std::move(list)},
-                   {"next_cursor",
-                    page.next_cursor.empty() ? Json(nullptr) : Json(page.next_cursor)}});
+  c.out.Send(200,
+             {{"sandboxes", std::move(list)},
+              {"next_cursor", page.next_cursor.empty() ? Json(nullptr) : Json(page.next_cursor)}});
   return absl::OkStatus();
 }
 
@@ -557,8 +557,8 @@ absl::Status CommandWebSocket(SandboxManager& m, Call& c) {
   uint64_t offset = 0;
   for (auto& [key, value] : c.query) {
     if (key != "offset" || !absl::SimpleAtoi(value, &offset)) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown or bad query parameter \"", key,
-                                                     "\" (only offset)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown or bad query parameter \"", key, "\" (only offset)"));
     }
   }
   if (!c.out.IsWebSocketUpgrade()) {
@@ -568,8 +568,7 @@ absl::Status CommandWebSocket(SandboxManager& m, Call& c) {
   BRIG_ASSIGN_OR_RETURN(int pid, ParsePid(c.params["pid"]));
   BRIG_ASSIGN_OR_RETURN(AgentSession session, AgentSession::Open(target.agent_socket));
   BRIG_ASSIGN_OR_RETURN(uint32_t channel, session.ChannelOf(pid));
-  BRIG_RETURN_IF_ERROR(
-      session.Send(protocol::MessageType::kAttach, channel, {{"offset", offset}}));
+  BRIG_RETURN_IF_ERROR(session.Send(protocol::MessageType::kAttach, channel, {{"offset", offset}}));
   using protocol::MessageType;
   WebSocketHandlers handlers;
   handlers.watch_fd = session.fd();
@@ -721,8 +720,8 @@ absl::Status Upload(SandboxManager& m, Call& c) {
              !absl::EqualsIgnoreCase(c.request.content_encoding, "identity")) {
     return absl::InvalidArgumentError("Content-Encoding must be gzip or identity");
   }
-  BRIG_ASSIGN_OR_RETURN(Json entry,
-                        WriteFileFrom(target.agent_socket, QueryValue(c, "path"), user, mode, body));
+  BRIG_ASSIGN_OR_RETURN(
+      Json entry, WriteFileFrom(target.agent_socket, QueryValue(c, "path"), user, mode, body));
   c.out.Send(200, entry);
   return absl::OkStatus();
 }
@@ -819,8 +818,8 @@ absl::Status CreateCodeContext(SandboxManager& m, Call& c) {
   }
   BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
   if (!request.cwd.empty()) {
-    absl::StatusOr<Json> dir =
-        FileOperation(target.agent_socket, {{"op", "stat"}, {"path", request.cwd}, {"user", "user"}});
+    absl::StatusOr<Json> dir = FileOperation(
+        target.agent_socket, {{"op", "stat"}, {"path", request.cwd}, {"user", "user"}});
     if (!dir.ok() || (*dir)["type"] != "dir") {
       return absl::InvalidArgumentError(
           absl::StrCat("field \"cwd\": ", request.cwd, " is not a directory in the sandbox"));
@@ -959,13 +958,12 @@ absl::StatusOr<std::optional<Clock::time_point>> RequestDeadline(
     return Clock::now() + kDefaultRequestTimeout;
   }
   double seconds = 0;
-  if (!absl::SimpleAtod(it->second, &seconds) || !(seconds > 0) ||
-      seconds > kMaxRequestTimeoutS) {
+  if (!absl::SimpleAtod(it->second, &seconds) || !(seconds > 0) || seconds > kMaxRequestTimeoutS) {
     return absl::InvalidArgumentError("request_timeout must be seconds, 0 < t <= 86400");
   }
   query.erase(it);
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(seconds));
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
 }  // namespace
@@ -991,8 +989,9 @@ void Api::Handle(const HttpRequest& request, Responder& out) const {
   bool by_query = query_key != request.query.end() && out.IsWebSocketUpgrade() &&
                   key_.Matches(query_key->second);
   if (!by_query && !Authenticated(request, key_)) {
-    out.Send(401, ErrorJson(401, "missing or wrong API key (Authorization: Bearer <key>, or "
-                                 "X-API-Key: <key>)"));
+    out.Send(401, ErrorJson(401,
+                            "missing or wrong API key (Authorization: Bearer <key>, or "
+                            "X-API-Key: <key>)"));
     return;
   }
   std::vector<std::string> path = absl::StrSplit(request.path, '/', absl::SkipEmpty());
@@ -1015,8 +1014,8 @@ void Api::Handle(const HttpRequest& request, Responder& out) const {
     return;
   }
   if (path_known) {
-    out.Send(405, ErrorJson(405, absl::StrCat(request.method, " is not allowed on ",
-                                              request.path)));
+    out.Send(405,
+             ErrorJson(405, absl::StrCat(request.method, " is not allowed on ", request.path)));
   } else {
     out.Send(404, ErrorJson(404, absl::StrCat("no route ", request.path)));
   }

@@ -16,10 +16,9 @@ using protocol::Message;
 using protocol::MessageType;
 using Clock = std::chrono::steady_clock;
 
-
 Json ExecBody(const ExecRequest& r) {
-  Json body = {{"argv", r.argv}, {"env", r.env},       {"cwd", r.cwd},
-               {"user", r.user}, {"tag", r.tag},       {"stdin", r.stdin_open}};
+  Json body = {{"argv", r.argv}, {"env", r.env}, {"cwd", r.cwd},
+               {"user", r.user}, {"tag", r.tag}, {"stdin", r.stdin_open}};
   if (r.timeout.count() > 0) body["timeout_ms"] = r.timeout.count();
   if (r.pty) body["pty"] = {{"rows", r.pty->first}, {"cols", r.pty->second}};
   return body;
@@ -64,8 +63,8 @@ absl::Status RunProcess(const std::string& agent_socket, const ExecRequest& requ
   return s.Pump(started.channel, control, sink);
 }
 
-absl::Status AttachProcess(const std::string& agent_socket, int pid, uint64_t offset,
-                           bool follow, const StreamControl& control, const LineSink& sink) {
+absl::Status AttachProcess(const std::string& agent_socket, int pid, uint64_t offset, bool follow,
+                           const StreamControl& control, const LineSink& sink) {
   BRIG_ASSIGN_OR_RETURN(AgentSession s, AgentSession::Open(agent_socket));
   BRIG_ASSIGN_OR_RETURN(uint32_t channel, s.ChannelOf(pid));
   BRIG_RETURN_IF_ERROR(
@@ -113,8 +112,7 @@ absl::Status CloseStdin(const std::string& agent_socket, int pid) {
 }
 
 absl::Status SignalProcess(const std::string& agent_socket, int pid, int signal) {
-  return ProcessRequest(agent_socket, pid, MessageType::kSignal,
-                        Json{{"signal", signal}}.dump());
+  return ProcessRequest(agent_socket, pid, MessageType::kSignal, Json{{"signal", signal}}.dump());
 }
 
 absl::Status ResizeTerminal(const std::string& agent_socket, int pid, int rows, int cols) {
@@ -127,8 +125,8 @@ absl::StatusOr<Json> WaitProcess(const std::string& agent_socket, int pid,
   BRIG_ASSIGN_OR_RETURN(AgentSession s, AgentSession::Open(agent_socket));
   BRIG_ASSIGN_OR_RETURN(uint32_t channel, s.ChannelOf(pid));
   // Attaching past the end replays nothing and then reports the exit.
-  BRIG_RETURN_IF_ERROR(s.Send(MessageType::kAttach, channel,
-                              {{"offset", std::numeric_limits<uint64_t>::max()}}));
+  BRIG_RETURN_IF_ERROR(
+      s.Send(MessageType::kAttach, channel, {{"offset", std::numeric_limits<uint64_t>::max()}}));
   std::optional<Json> exit;
   StreamControl control{deadline, {}};
   BRIG_RETURN_IF_ERROR(s.Pump(channel, control, [&](const Json& line) {

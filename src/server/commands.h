@@ -25,9 +25,9 @@ using Json = nlohmann::json;
 
 struct ExecRequest {
   std::vector<std::string> argv;
-  std::vector<std::string> env;  // NAME=VALUE, over the sandbox's defaults
-  std::string cwd;               // empty: the user's home
-  std::string user = "user";     // "user" or "root"
+  std::vector<std::string> env;          // NAME=VALUE, over the sandbox's defaults
+  std::string cwd;                       // empty: the user's home
+  std::string user = "user";             // "user" or "root"
   std::chrono::milliseconds timeout{0};  // 0: none; then the process group is killed
   bool stdin_open = false;
   std::string tag;
@@ -39,7 +39,7 @@ struct ExecRequest {
 // How long a stream may go on, and how to notice that its reader left.
 struct StreamControl {
   std::optional<std::chrono::steady_clock::time_point> deadline;  // the request timeout
-  std::function<bool()> reader_gone;                               // polled while idle
+  std::function<bool()> reader_gone;                              // polled while idle
 };
 
 // Receives output lines in order; returns false when it cannot deliver any more (the client
@@ -56,8 +56,8 @@ absl::Status RunProcess(const std::string& agent_socket, const ExecRequest& requ
 
 // Streams a process's held output from byte `offset`; then follows it until it exits, or
 // (follow = false) ends with an `end` line.
-absl::Status AttachProcess(const std::string& agent_socket, int pid, uint64_t offset,
-                           bool follow, const StreamControl& control, const LineSink& sink);
+absl::Status AttachProcess(const std::string& agent_socket, int pid, uint64_t offset, bool follow,
+                           const StreamControl& control, const LineSink& sink);
 
 // {"processes": [...]} as in docs/api.md.
 absl::StatusOr<Json> ListProcesses(const std::string& agent_socket);

@@ -76,8 +76,7 @@ absl::StatusOr<Json> WriteFileFrom(const std::string& agent_socket, const std::s
     }
     BRIG_ASSIGN_OR_RETURN(size_t n, source(buffer.data(), buffer.size()));
     if (n == 0) break;
-    BRIG_RETURN_IF_ERROR(
-        s.SendRaw({MessageType::kFileChunk, 0, 0, std::string(buffer.data(), n)}));
+    BRIG_RETURN_IF_ERROR(s.SendRaw({MessageType::kFileChunk, 0, 0, std::string(buffer.data(), n)}));
   }
   BRIG_RETURN_IF_ERROR(s.Send(MessageType::kFileCommit, 0, Json::object()));
   for (;;) {
@@ -91,8 +90,8 @@ absl::Status WatchDirectory(const std::string& agent_socket, const std::string& 
                             const std::string& user, bool recursive, const StreamControl& control,
                             const LineSink& sink) {
   BRIG_ASSIGN_OR_RETURN(AgentSession s, AgentSession::Open(agent_socket));
-  BRIG_RETURN_IF_ERROR(s.Send(MessageType::kWatch, 0,
-                              {{"path", path}, {"user", user}, {"recursive", recursive}}));
+  BRIG_RETURN_IF_ERROR(
+      s.Send(MessageType::kWatch, 0, {{"path", path}, {"user", user}, {"recursive", recursive}}));
   // The first answer says whether the watch started; errors before it are the call's.
   BRIG_ASSIGN_OR_RETURN(Message first, s.Reply());
   if (first.type == MessageType::kError) return StatusFromAgentError(ParseBody(first));
@@ -103,7 +102,7 @@ absl::Status WatchDirectory(const std::string& agent_socket, const std::string& 
     auto slice = std::chrono::milliseconds(250);
     if (control.deadline) {
       auto left = std::chrono::ceil<std::chrono::milliseconds>(*control.deadline -
-                                                              std::chrono::steady_clock::now());
+                                                               std::chrono::steady_clock::now());
       if (left.count() <= 0) {
         sink({{"type", "error"}, {"code", 408}, {"message", "the request timeout passed"}});
         return absl::OkStatus();

@@ -69,7 +69,9 @@ bool GzipWriter::Deflate(absl::string_view bytes, int flush) {
   return true;
 }
 
-bool GzipWriter::Write(absl::string_view bytes) { return bytes.empty() || Deflate(bytes, Z_NO_FLUSH); }
+bool GzipWriter::Write(absl::string_view bytes) {
+  return bytes.empty() || Deflate(bytes, Z_NO_FLUSH);
+}
 
 bool GzipWriter::Finish() { return Deflate({}, Z_FINISH); }
 

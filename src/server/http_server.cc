@@ -5,15 +5,15 @@
 
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 #include <chrono>
-#include <limits>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -355,9 +355,7 @@ class Connection final : public Responder {
     return !broken_;
   }
 
-  bool IsWebSocketUpgrade() const override {
-    return upgrade_.has_value();
-  }
+  bool IsWebSocketUpgrade() const override { return upgrade_.has_value(); }
 
   bool RunWebSocket(const WebSocketHandlers& handlers) override {
     if (!IsWebSocketUpgrade() || responded_ || streaming_) return false;
@@ -551,8 +549,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
                                                               Handler handler,
                                                               BodyStreams body_streams,
                                                               size_t max_connections) {
-  auto impl = std::make_unique<Impl>(std::move(handler), std::move(body_streams),
-                                     max_connections);
+  auto impl = std::make_unique<Impl>(std::move(handler), std::move(body_streams), max_connections);
   BRIG_RETURN_IF_ERROR(impl->Listen(listen));
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }

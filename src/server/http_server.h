@@ -18,8 +18,8 @@
 namespace brig::server {
 
 struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string path;    // without the query, percent-decoded
+  std::string method;                        // "GET", "POST", ...
+  std::string path;                          // without the query, percent-decoded
   std::map<std::string, std::string> query;  // percent-decoded; a repeated key keeps the last
   std::string authorization;                 // the Authorization header
   std::string api_key;                       // the X-API-Key header

@@ -4,8 +4,8 @@
 #include <sys/random.h>
 
 #include <algorithm>
-#include <map>
 #include <limits>
+#include <map>
 #include <mutex>
 
 #include "absl/strings/match.h"
@@ -135,8 +135,8 @@ absl::StatusOr<uint32_t> ContextChannel(AgentSession& s, const std::string& id) 
 // never races the old process.
 absl::Status KillAndWait(AgentSession& s, uint32_t channel) {
   BRIG_RETURN_IF_ERROR(s.Send(MessageType::kSignal, channel, {{"signal", SIGKILL}}));
-  BRIG_RETURN_IF_ERROR(s.Send(MessageType::kAttach, channel,
-                              {{"offset", std::numeric_limits<uint64_t>::max()}}));
+  BRIG_RETURN_IF_ERROR(
+      s.Send(MessageType::kAttach, channel, {{"offset", std::numeric_limits<uint64_t>::max()}}));
   for (;;) {
     BRIG_ASSIGN_OR_RETURN(Message m, s.Reply());
     if (m.channel != channel) continue;
@@ -242,8 +242,8 @@ absl::Status RunCode(const std::string& agent_socket, const CodeRequest& request
   BRIG_RETURN_IF_ERROR(found.status());
   const uint32_t channel = *found;
   // Follow from the end (nothing old), then send the request.
-  BRIG_RETURN_IF_ERROR(s.Send(MessageType::kAttach, channel,
-                              {{"offset", std::numeric_limits<uint64_t>::max()}}));
+  BRIG_RETURN_IF_ERROR(
+      s.Send(MessageType::kAttach, channel, {{"offset", std::numeric_limits<uint64_t>::max()}}));
   Json env = Json::object();
   for (const std::string& kv : request.env) {
     size_t eq = kv.find('=');

@@ -38,7 +38,7 @@ struct CodeRequest {
   std::string code;
   std::string context;  // empty: the language's default context, made on first use
   std::string language = "python";
-  std::vector<std::string> env;  // for this execution only
+  std::vector<std::string> env;          // for this execution only
   std::vector<std::string> context_env;  // for the default context, when it is made
   std::chrono::milliseconds timeout{0};
 };

@@ -10,9 +10,7 @@ constexpr std::array<absl::string_view, 6> kStateNames = {"creating", "running",
 
 }  // namespace
 
-absl::string_view StateName(SandboxState state) {
-  return kStateNames[static_cast<size_t>(state)];
-}
+absl::string_view StateName(SandboxState state) { return kStateNames[static_cast<size_t>(state)]; }
 
 std::optional<SandboxState> ParseState(absl::string_view name) {
   for (size_t i = 0; i < kStateNames.size(); ++i) {

@@ -422,7 +422,7 @@ absl::Status SandboxManager::Kill(const std::string& id) {
 }
 
 absl::StatusOr<SandboxRecord> SandboxManager::SetTimeout(const std::string& id,
-                                                          std::chrono::seconds timeout) {
+                                                         std::chrono::seconds timeout) {
   BRIG_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, FindOrError(id));
   std::lock_guard<std::mutex> lock(entry->mu);
   SandboxRecord& r = entry->record;

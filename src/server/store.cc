@@ -76,9 +76,9 @@ absl::Status SqliteError(sqlite3* db, absl::string_view what) {
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                           nullptr);
+  int rc =
+      sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   std::unique_ptr<Store> store(new Store(db));  // closes db on every path
   if (rc != SQLITE_OK) return SqliteError(db, absl::StrCat("open ", path));
   sqlite3_busy_timeout(db, 5000);
@@ -129,8 +129,9 @@ absl::Status Store::Delete(const std::string& id) {
 
 absl::StatusOr<std::vector<SandboxRecord>> Store::LoadAll() {
   std::vector<std::string> bodies;
-  BRIG_RETURN_IF_ERROR(Exec("SELECT body FROM sandboxes", {},
-                            [&](const std::vector<std::string>& row) { bodies.push_back(row[0]); }));
+  BRIG_RETURN_IF_ERROR(
+      Exec("SELECT body FROM sandboxes", {},
+           [&](const std::vector<std::string>& row) { bodies.push_back(row[0]); }));
   std::vector<SandboxRecord> records;
   for (const std::string& body : bodies) {
     BRIG_ASSIGN_OR_RETURN(SandboxRecord record, FromJson(body));

@@ -1,11 +1,12 @@
 // The daemon's store and API key, against a real SQLite file in a temporary directory.
+#include "server/store.h"
+
 #include <sys/stat.h>
 
 #include "absl/strings/ascii.h"
 #include "base/files.h"
 #include "gtest/gtest.h"
 #include "server/api_key.h"
-#include "server/store.h"
 #include "support/process.h"
 
 namespace brig::server {
