@@ -59,7 +59,8 @@ int ServeCommand(const ServeFlags& flags) {
   if (!key.ok()) return Fail(key.status());
   auto sandboxes = server::SandboxManager::Open(**engine, **store);
   if (!sandboxes.ok()) return Fail(sandboxes.status());
-  server::Api api(**sandboxes, *key);
+  server::Metrics metrics;
+  server::Api api(**sandboxes, *key, metrics);
   auto http = server::HttpServer::Start(
       flags.listen,
       [&api](const server::HttpRequest& r, server::Responder& out) { api.Handle(r, out); },

@@ -347,6 +347,7 @@ struct Call {
   std::map<std::string, std::string> params;  // {id}, {pid}
   std::map<std::string, std::string> query;   // without request_timeout
   std::optional<Clock::time_point> deadline;  // the request timeout
+  Metrics* metrics = nullptr;
 };
 
 }  // namespace
@@ -400,7 +401,9 @@ absl::Status CreateSandbox(SandboxManager& m, Call& c) {
   BRIG_RETURN_IF_ERROR(NoQuery(c));
   BRIG_ASSIGN_OR_RETURN(Json body, ParseObject(c.request.body));
   BRIG_ASSIGN_OR_RETURN(CreateRequest request, ParseCreate(body));
+  auto start = Clock::now();
   BRIG_ASSIGN_OR_RETURN(SandboxManager::Created created, m.Create(request));
+  if (created.created && c.metrics) c.metrics->ObserveCreate(Clock::now() - start);
   c.out.Send(created.created ? 201 : 200, SandboxJson(created.record));
   return absl::OkStatus();
 }
@@ -992,12 +995,18 @@ void Api::Handle(const HttpRequest& request, Responder& out) const {
     out.Send(401, ErrorJson(401,
                             "missing or wrong API key (Authorization: Bearer <key>, or "
                             "X-API-Key: <key>)"));
+    metrics_.CountRequest("(unauthenticated)", request.method, 401);
+    return;
+  }
+  if (request.path == "/metrics" && request.method == "GET") {
+    out.StartBytes("text/plain; version=0.0.4; charset=utf-8", "");
+    out.WriteBytes(metrics_.Render(sandboxes_.CountByState()));
     return;
   }
   std::vector<std::string> path = absl::StrSplit(request.path, '/', absl::SkipEmpty());
   bool path_known = false;
   for (const Route& route : kRoutes) {
-    Call call{request, out, {}, request.query, std::nullopt};
+    Call call{request, out, {}, request.query, std::nullopt, &metrics_};
     if (by_query) call.query.erase("api_key");
     if (!Match(route.pattern, path, &call.params)) continue;
     path_known = true;
@@ -1011,6 +1020,7 @@ void Api::Handle(const HttpRequest& request, Responder& out) const {
     }
     // A stream that already started carries its own error lines.
     if (!status.ok()) SendStatus(out, status);
+    metrics_.CountRequest(route.pattern, request.method, out.status());
     return;
   }
   if (path_known) {

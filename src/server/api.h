@@ -11,13 +11,15 @@
 
 #include "server/api_key.h"
 #include "server/http_server.h"
+#include "server/metrics.h"
 #include "server/sandboxes.h"
 
 namespace brig::server {
 
 class Api {
  public:
-  Api(SandboxManager& sandboxes, const ApiKey& key) : sandboxes_(sandboxes), key_(key) {}
+  Api(SandboxManager& sandboxes, const ApiKey& key, Metrics& metrics)
+      : sandboxes_(sandboxes), key_(key), metrics_(metrics) {}
   void Handle(const HttpRequest& request, Responder& out) const;
   // Whether a request's body streams to its route (uploads) rather than being read whole.
   static bool BodyStreams(const std::string& method, const std::string& path);
@@ -25,6 +27,7 @@ class Api {
  private:
   SandboxManager& sandboxes_;
   const ApiKey& key_;
+  Metrics& metrics_;
 };
 
 // The HTTP status for a Status code (InvalidArgument 400, NotFound 404, FailedPrecondition 409,

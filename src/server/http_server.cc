@@ -243,6 +243,7 @@ class Connection final : public Responder {
         return;
       }
       responded_ = streaming_ = false;
+      status_ = 0;
       HttpRequest request = ToRequest(header.get());
       upgrade_.reset();
       if (websocket::is_upgrade(header.get())) upgrade_ = header.get();  // the header is moved on
@@ -306,9 +307,12 @@ class Connection final : public Responder {
     }
   }
 
+  int status() const override { return status_; }
+
   void Send(int status, const Json& body) override {
     if (responded_ || streaming_) return;
     responded_ = true;
+    status_ = status;
     http::response<http::string_body> res{static_cast<http::status>(status), version_};
     res.set(http::field::server, "brig");
     res.keep_alive(keep_alive_);
@@ -331,6 +335,7 @@ class Connection final : public Responder {
   bool StartBytes(const std::string& content_type, const std::string& content_encoding) override {
     if (broken_ || responded_ || streaming_) return false;
     streaming_ = true;
+    status_ = 200;
     http::response<http::empty_body> res{http::status::ok, version_};
     res.set(http::field::server, "brig");
     res.set(http::field::content_type, content_type);
@@ -360,6 +365,7 @@ class Connection final : public Responder {
   bool RunWebSocket(const WebSocketHandlers& handlers) override {
     if (!IsWebSocketUpgrade() || responded_ || streaming_) return false;
     responded_ = broken_ = true;  // the connection ends with the session
+    status_ = 101;
     // The session runs its own event loop: move the socket onto it.
     asio::io_context loop;
     boost::system::error_code ec;
@@ -441,6 +447,7 @@ class Connection final : public Responder {
   bool responded_ = false;
   bool streaming_ = false;
   bool broken_ = false;
+  int status_ = 0;
 };
 
 }  // namespace

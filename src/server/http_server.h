@@ -68,6 +68,9 @@ class Responder {
   // `handlers.watch_fd`, until either side closes; the connection ends with it. False when
   // the upgrade cannot be accepted.
   virtual bool RunWebSocket(const WebSocketHandlers& handlers) = 0;
+  // The status answered so far (0 before any answer; 200 once a stream started; 101 for a
+  // WebSocket).
+  virtual int status() const = 0;
   // Whether the client has closed its end (checked without blocking, while a stream is idle).
   virtual bool ClientGone() = 0;
 };

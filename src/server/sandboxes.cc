@@ -396,6 +396,16 @@ absl::StatusOr<ListPage> SandboxManager::List(const ListQuery& query) const {
   return page;
 }
 
+std::map<SandboxState, size_t> SandboxManager::CountByState() const {
+  std::map<SandboxState, size_t> counts;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, entry] : entries_) {
+    std::lock_guard<std::mutex> entry_lock(entry->mu);
+    ++counts[entry->record.state];
+  }
+  return counts;
+}
+
 void SandboxManager::EndLocked(Entry& entry, SandboxState final, const std::string& reason) {
   SandboxRecord& r = entry.record;
   r.state = SandboxState::kStopping;

@@ -69,6 +69,8 @@ class SandboxManager {
   absl::StatusOr<Created> Create(const CreateRequest& request);
   absl::StatusOr<SandboxRecord> Get(const std::string& id) const;
   absl::StatusOr<ListPage> List(const ListQuery& query) const;
+  // How many sandboxes are in each state (for metrics).
+  std::map<SandboxState, size_t> CountByState() const;
   absl::Status Kill(const std::string& id);
   absl::StatusOr<SandboxRecord> SetTimeout(const std::string& id, std::chrono::seconds timeout);
   absl::StatusOr<SandboxRecord> Pause(const std::string& id);

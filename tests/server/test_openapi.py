@@ -23,7 +23,9 @@ OPENAPI = os.path.join(ROOT, "docs", "api", "openapi.yaml")
 API_SOURCE = os.path.join(ROOT, "src", "server", "api.cc")
 
 HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
-HEALTH = ("GET", "/health")  # answered by Api::Handle before the table is consulted
+# Answered by Api::Handle before the table is consulted.
+HEALTH = ("GET", "/health")
+METRICS = ("GET", "/metrics")
 
 # {"POST", "/v1/sandboxes/{id}/commands", RunCommand, true},
 ROUTE_ENTRY = re.compile(r'\{\s*"([A-Z]+)"\s*,\s*"(/[^"]*)"\s*,\s*\w+\s*,\s*(?:true|false)\s*\}')
@@ -57,9 +59,10 @@ def server_routes():
     if len(entry_lines) != len(ROUTE_ENTRY.findall(table.group(1))) or not routes:
         raise AssertionError(f"cannot parse every kRoutes entry in {API_SOURCE}:\n"
                              + table.group(1))
-    if not re.search(r'request\.path\s*==\s*"/health"', source):
-        raise AssertionError(f"{API_SOURCE} no longer serves /health outside the table")
-    return routes | {HEALTH}
+    for _, path in (HEALTH, METRICS):
+        if not re.search(r'request\.path\s*==\s*"' + path + '"', source):
+            raise AssertionError(f"{API_SOURCE} no longer serves {path} outside the table")
+    return routes | {HEALTH, METRICS}
 
 
 def operations(doc):
@@ -147,6 +150,7 @@ PROBE_DIR = "openapi-probe/dir"
 # unknown query parameter and no body, which every handler refuses (400) before doing anything.
 PROBES = {
     ("GET", "/health"): ({}, None),
+    ("GET", "/metrics"): ({}, None),
     # A live sandbox of this name exists: it is returned (200) and nothing is created.
     ("POST", "/v1/sandboxes"): ({}, {"name": NAME}),
     ("GET", "/v1/sandboxes"): ({"name": NAME}, None),
