@@ -167,6 +167,8 @@ class CgroupV1 final : public SandboxCgroup {
     CgroupUsage u;
     u.cpu_usec = ReadNumber(dirs_.at("cpuacct") + "/cpuacct.usage") / 1000;
     u.memory_peak_bytes = ReadNumber(dirs_.at("memory") + "/memory.max_usage_in_bytes");
+    u.memory_bytes = ReadNumber(dirs_.at("memory") + "/memory.usage_in_bytes");
+    u.pids = ReadNumber(dirs_.at("pids") + "/pids.current");
     u.oom_kills = KeyedValues(dirs_.at("memory") + "/memory.oom_control")["oom_kill"];
     if (auto cpu = dirs_.find("cpu"); cpu != dirs_.end()) {
       KeyedValues stat(cpu->second + "/cpu.stat");
@@ -266,6 +268,8 @@ class CgroupV2 final : public SandboxCgroup {
     u.nr_throttled = stat["nr_throttled"];
     u.throttled_usec = stat["throttled_usec"];
     u.memory_peak_bytes = ReadNumber(dir_ + "/memory.peak");
+    u.memory_bytes = ReadNumber(dir_ + "/memory.current");
+    u.pids = ReadNumber(dir_ + "/pids.current");
     u.oom_kills = KeyedValues(dir_ + "/memory.events")["oom_kill"];
     return u;
   }

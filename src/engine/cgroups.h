@@ -31,6 +31,8 @@ struct CgroupUsage {
   uint64_t oom_kills = 0;          // processes killed by the OOM killer for this cgroup
   uint64_t nr_throttled = 0;       // CFS periods in which the quota ran out
   uint64_t throttled_usec = 0;
+  uint64_t memory_bytes = 0;  // charged memory now
+  uint64_t pids = 0;          // processes and threads now
 };
 
 class SandboxCgroup {

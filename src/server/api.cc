@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/agent_session.h"
 #include "server/commands.h"
@@ -444,6 +445,36 @@ absl::Status SetSandboxTimeout(SandboxManager& m, Call& c) {
   BRIG_ASSIGN_OR_RETURN(SandboxRecord r,
                         m.SetTimeout(c.params["id"], std::chrono::seconds(seconds)));
   c.out.Send(200, SandboxJson(r));
+  return absl::OkStatus();
+}
+
+// Its resource samples: query `start` and `end` (ms since the epoch; default the last hour).
+absl::Status SandboxMetrics(SandboxManager& m, Call& c) {
+  const int64_t now = absl::ToUnixMillis(absl::Now());
+  int64_t from = now - 3600 * 1000, to = now;
+  for (auto& [key, value] : c.query) {
+    int64_t* field = key == "start" ? &from : key == "end" ? &to : nullptr;
+    if (field == nullptr || !absl::SimpleAtoi(value, field)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("query \"", key, "\": only start and end, in ms since the epoch"));
+    }
+  }
+  BRIG_ASSIGN_OR_RETURN(SandboxRecord r, m.Get(c.params["id"]));
+  BRIG_ASSIGN_OR_RETURN(std::vector<MetricSample> samples, m.Metrics(c.params["id"], from, to));
+  Json list = Json::array();
+  for (const MetricSample& s : samples) {
+    list.push_back({{"timestamp", Timestamp(s.ms)},
+                    {"cpu_percent", s.cpu_percent},
+                    {"cpu_usec", s.cpu_usec},
+                    {"memory_bytes", s.memory_bytes},
+                    {"memory_peak_bytes", s.memory_peak_bytes},
+                    {"disk_used_bytes", s.disk_used_bytes},
+                    {"pids", s.pids}});
+  }
+  c.out.Send(200, {{"metrics", list},
+                   {"cpus", r.cpus},
+                   {"memory_limit_bytes", r.memory_mb << 20},
+                   {"disk_limit_bytes", r.disk_mb << 20}});
   return absl::OkStatus();
 }
 
@@ -905,6 +936,7 @@ constexpr Route kRoutes[] = {
     {"DELETE", "/v1/sandboxes/{id}", KillSandbox, false},
     {"POST", "/v1/sandboxes/{id}/timeout", SetSandboxTimeout, false},
     {"POST", "/v1/sandboxes/{id}/pause", PauseSandbox, false},
+    {"GET", "/v1/sandboxes/{id}/metrics", SandboxMetrics, false},
     {"POST", "/v1/sandboxes/{id}/resume", ResumeSandbox, false},
     {"POST", "/v1/sandboxes/{id}/commands", RunCommand, true},
     {"GET", "/v1/sandboxes/{id}/commands", ListCommands, false},

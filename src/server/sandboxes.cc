@@ -2,6 +2,7 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,9 @@ using std::chrono::milliseconds;
 // Stopped and lost sandboxes stay listed this long.
 constexpr int64_t kKeepEndedMs = 24 * 3600 * 1000;
 constexpr milliseconds kAgentStartTimeout{10000};
+// Resource samples: how often, and how many are kept per sandbox (an hour's worth).
+constexpr int64_t kSampleEveryMs = 5000;
+constexpr size_t kKeepSamples = 720;
 
 int64_t NowMs() {
   return std::chrono::duration_cast<milliseconds>(
@@ -197,6 +201,7 @@ void SandboxManager::WakeMonitor() {
 
 void SandboxManager::MonitorLoop() {
   int64_t next_forget = NowMs() + 60'000;
+  int64_t next_sample = NowMs() + kSampleEveryMs;
   while (!stopping_) {
     // Sleep until the next lifetime deadline (at most a second: clocks and records change).
     int64_t next = NowMs() + 1000;
@@ -234,11 +239,66 @@ void SandboxManager::MonitorLoop() {
       Persist(r);
     }
     ExpireDue();
+    if (NowMs() >= next_sample) {
+      SampleAll();
+      next_sample = NowMs() + kSampleEveryMs;
+    }
     if (NowMs() >= next_forget) {
       ForgetOld();
       next_forget = NowMs() + 60'000;
     }
   }
+}
+
+void SandboxManager::SampleLocked(Entry& entry) {
+  if (!entry.sandbox || entry.record.state != SandboxState::kRunning) return;
+  absl::StatusOr<CgroupUsage> usage = entry.sandbox->cgroup().ReadUsage();
+  if (!usage.ok()) return;
+  MetricSample s;
+  s.ms = NowMs();
+  s.cpu_usec = usage->cpu_usec;
+  s.memory_bytes = usage->memory_bytes;
+  s.memory_peak_bytes = usage->memory_peak_bytes;
+  s.pids = usage->pids;
+  // The root's file system is the overlay whose upper layer is the sandbox's scratch tmpfs.
+  struct statfs fs;
+  const std::string root = absl::StrCat("/proc/", entry.sandbox->init_pid(), "/root/");
+  if (::statfs(root.c_str(), &fs) == 0) {
+    s.disk_used_bytes = static_cast<uint64_t>(fs.f_blocks - fs.f_bfree) * fs.f_bsize;
+  }
+  if (!entry.samples.empty()) {
+    const MetricSample& last = entry.samples.back();
+    if (s.ms > last.ms && s.cpu_usec >= last.cpu_usec) {
+      s.cpu_percent = 100.0 * static_cast<double>(s.cpu_usec - last.cpu_usec) /
+                      (static_cast<double>(s.ms - last.ms) * 1000.0);
+    }
+  }
+  entry.samples.push_back(s);
+  while (entry.samples.size() > kKeepSamples) entry.samples.pop_front();
+}
+
+void SandboxManager::SampleAll() {
+  std::vector<std::shared_ptr<Entry>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, entry] : entries_) all.push_back(entry);
+  }
+  for (auto& entry : all) {
+    std::lock_guard<std::mutex> lock(entry->mu);
+    SampleLocked(*entry);
+  }
+}
+
+absl::StatusOr<std::vector<MetricSample>> SandboxManager::Metrics(const std::string& id,
+                                                                  int64_t from_ms, int64_t to_ms) {
+  BRIG_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, FindOrError(id));
+  std::lock_guard<std::mutex> lock(entry->mu);
+  if (entry->samples.empty() || entry->samples.back().ms < NowMs() - 1000) SampleLocked(*entry);
+  std::vector<MetricSample> out;
+  for (const MetricSample& s : entry->samples) {
+    if (s.ms >= from_ms && s.ms <= to_ms) out.push_back(s);
+  }
+  return out;
 }
 
 void SandboxManager::ExpireDue() {
@@ -355,6 +415,7 @@ absl::StatusOr<SandboxManager::Created> SandboxManager::Create(const CreateReque
   r.expires_ms = NowMs() + std::chrono::duration_cast<milliseconds>(request.timeout).count();
   Persist(r);
   Watch(*entry);
+  SampleLocked(*entry);  // the base of the first CPU percentage
   WakeMonitor();
   return Created{r, true};
 }

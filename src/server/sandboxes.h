@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -50,6 +51,17 @@ struct ListQuery {
   std::string cursor;  // from the previous page's next_cursor
 };
 
+// One sample of a sandbox's resource use (taken every few seconds while it runs).
+struct MetricSample {
+  int64_t ms = 0;          // wall clock, ms since the epoch
+  double cpu_percent = 0;  // since the previous sample; 100 = one core busy
+  uint64_t cpu_usec = 0;   // total CPU time so far
+  uint64_t memory_bytes = 0;
+  uint64_t memory_peak_bytes = 0;
+  uint64_t disk_used_bytes = 0;  // its writable layer
+  uint64_t pids = 0;
+};
+
 struct ListPage {
   std::vector<SandboxRecord> sandboxes;
   std::string next_cursor;  // empty: no more
@@ -71,6 +83,10 @@ class SandboxManager {
   absl::StatusOr<ListPage> List(const ListQuery& query) const;
   // How many sandboxes are in each state (for metrics).
   std::map<SandboxState, size_t> CountByState() const;
+  // Its samples between the two times (ms since the epoch); a running sandbox gets a fresh
+  // one first when the last is older than a second.
+  absl::StatusOr<std::vector<MetricSample>> Metrics(const std::string& id, int64_t from_ms,
+                                                    int64_t to_ms);
   absl::Status Kill(const std::string& id);
   absl::StatusOr<SandboxRecord> SetTimeout(const std::string& id, std::chrono::seconds timeout);
   absl::StatusOr<SandboxRecord> Pause(const std::string& id);
@@ -91,6 +107,7 @@ class SandboxManager {
     std::mutex mu;
     SandboxRecord record;
     std::unique_ptr<Sandbox> sandbox;  // set while the sandbox is live
+    std::deque<MetricSample> samples;  // the newest kKeepSamples
   };
 
   SandboxManager(const Engine& engine, Store& store);
@@ -109,6 +126,9 @@ class SandboxManager {
   void MonitorLoop();
   void ExpireDue();
   void ForgetOld();
+  void SampleAll();
+  // Reads the entry's (locked) cgroup and root file system into a new sample.
+  void SampleLocked(Entry& entry);
 
   const Engine& engine_;
   Store& store_;

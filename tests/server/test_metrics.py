@@ -1,6 +1,7 @@
 """GET /metrics: the Prometheus text format, and values that follow what the daemon did."""
 
 import re
+import time
 import unittest
 
 from brigtest import DaemonTestCase
@@ -60,6 +61,33 @@ class MetricsTest(DaemonTestCase):
         self.assertEqual(self.value(final, "brig_sandboxes", state="running"), running)
         self.assertEqual(self.value(final, "brig_sandboxes", state="stopped"),
                          self.value(after, "brig_sandboxes", state="stopped") + 1)
+
+
+class SandboxMetricsTest(DaemonTestCase):
+
+    def test_samples_show_a_cpu_hog_memory_and_disk(self):
+        sid = self.create(memory_mb=256)["id"]
+        pid = self.background(sid, cmd="head -c 40000000 /dev/zero > /tmp/blob; "
+                                       "while :; do :; done")
+        deadline = time.monotonic() + 20
+        while True:
+            answer = self.api("GET", f"/v1/sandboxes/{sid}/metrics")
+            samples = answer["metrics"]
+            busy = [s for s in samples if s["cpu_percent"] > 50]
+            if busy and busy[-1]["disk_used_bytes"] >= 40000000:
+                break
+            self.assertLess(time.monotonic(), deadline, f"no busy sample in {samples}")
+            time.sleep(1)
+        last = busy[-1]
+        self.assertLess(last["cpu_percent"], 110)  # one core, about all of it
+        self.assertGreaterEqual(last["memory_bytes"], 40000000)  # the tmpfs counts
+        self.assertGreaterEqual(last["pids"], 2)
+        self.assertEqual(answer["memory_limit_bytes"], 256 << 20)
+        timestamps = [s["timestamp"] for s in samples]
+        self.assertEqual(timestamps, sorted(timestamps))
+        status, body = self.daemon.request("GET", f"/v1/sandboxes/{sid}/metrics?bogus=1")
+        self.assertError(status, body, 400, "unknown query parameter")
+        self.api("POST", f"/v1/sandboxes/{sid}/commands/{pid}/signal", {"signal": 9}, expect=204)
 
 
 if __name__ == "__main__":

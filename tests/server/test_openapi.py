@@ -156,6 +156,7 @@ PROBES = {
     ("GET", "/v1/sandboxes"): ({"name": NAME}, None),
     ("GET", "/v1/sandboxes/{id}"): ({}, None),
     ("POST", "/v1/sandboxes/{id}/timeout"): ({}, {"timeout": 600}),
+    ("GET", "/v1/sandboxes/{id}/metrics"): ({}, None),
     ("POST", "/v1/sandboxes/{id}/pause"): ({}, None),
     ("POST", "/v1/sandboxes/{id}/resume"): ({}, None),
     ("POST", "/v1/sandboxes/{id}/commands"): ({}, {"argv": ["true"]}),
