@@ -214,5 +214,24 @@ class SandboxLifecycleTest(SdkTestCase):
         self.assertEqual(sb.set_timeout(600).state, "running")
 
 
+
+class MetricsTest(SdkTestCase):
+
+    def test_get_metrics_sees_a_cpu_hog(self):
+        import time
+        with self.sandbox() as sb:
+            sb.commands.run("while :; do :; done", background=True)
+            deadline = time.monotonic() + 20
+            while True:
+                samples = sb.get_metrics()
+                if samples and samples[-1].cpu_percent > 50:
+                    break
+                self.assertLess(time.monotonic(), deadline, f"no busy sample: {samples}")
+                time.sleep(1)
+            self.assertIsInstance(samples[-1], brig.SandboxMetrics)
+            self.assertGreater(samples[-1].memory_bytes, 0)
+            self.assertIsNotNone(samples[-1].timestamp)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -23,7 +23,7 @@ from .exceptions import (ApiConnectionError, AuthenticationError, Authentication
                          TimeoutException)
 from .files import Files, ReadStream, WatchHandle
 from .models import (CommandResult, EntryInfo, FilesystemEvent, FilesystemEventType, FileType,
-                     ProcessInfo, SandboxInfo, SandboxState)
+                     ProcessInfo, SandboxInfo, SandboxMetrics, SandboxState)
 from .pty import Pty, PtyHandle
 from .sandbox import Sandbox
 
@@ -31,7 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_API_URL",
-    "Sandbox", "SandboxInfo", "SandboxState",
+    "Sandbox", "SandboxInfo", "SandboxState", "SandboxMetrics",
     "Commands", "CommandHandle", "CommandResult", "ProcessInfo",
     "Files", "EntryInfo", "FileType", "FilesystemEvent", "FilesystemEventType", "ReadStream",
     "WatchHandle",

@@ -42,6 +42,30 @@ ENDED_STATES = ("stopping", "stopped", "lost")
 
 
 @dataclass
+class SandboxMetrics:
+    """One resource sample of a sandbox (``GET /v1/sandboxes/{id}/metrics``): CPU use since the
+    previous sample (100 = one core busy), memory, its writable layer's use, processes."""
+
+    timestamp: Optional[datetime]
+    cpu_percent: float
+    cpu_usec: int
+    memory_bytes: int
+    memory_peak_bytes: int
+    disk_used_bytes: int
+    pids: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "SandboxMetrics":
+        return cls(timestamp=parse_time(data.get("timestamp")),
+                   cpu_percent=float(data.get("cpu_percent", 0.0)),
+                   cpu_usec=int(data.get("cpu_usec", 0)),
+                   memory_bytes=int(data.get("memory_bytes", 0)),
+                   memory_peak_bytes=int(data.get("memory_peak_bytes", 0)),
+                   disk_used_bytes=int(data.get("disk_used_bytes", 0)),
+                   pids=int(data.get("pids", 0)))
+
+
+@dataclass
 class SandboxInfo:
     """A sandbox as the daemon describes it (``GET /v1/sandboxes/{id}``).
 

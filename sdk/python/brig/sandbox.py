@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
@@ -12,7 +13,7 @@ from .code import (Context, ContextLike, ErrorHandler, Execution, OutputHandler,
 from .commands import Commands
 from .exceptions import BrigError, ConflictError, NotFoundError, SandboxLostError
 from .files import Files
-from .models import ENDED_STATES, SandboxInfo
+from .models import ENDED_STATES, SandboxInfo, SandboxMetrics
 from .pty import Pty
 
 _LIST_PAGE = 1000
@@ -228,6 +229,18 @@ class Sandbox:
         Allowed while running or paused."""
         return self._update(self._call("POST", self._path("/timeout"),
                                        json_body={"timeout": int(timeout)}))
+
+    def get_metrics(self, start: Optional[datetime] = None,
+                    end: Optional[datetime] = None) -> List[SandboxMetrics]:
+        """Its resource samples (taken every 5 s while it runs; the last hour is kept), oldest
+        first, between ``start`` and ``end`` (default: the last hour)."""
+        query: Dict[str, QueryValue] = {}
+        if start is not None:
+            query["start"] = int(start.timestamp() * 1000)
+        if end is not None:
+            query["end"] = int(end.timestamp() * 1000)
+        answer = self._call("GET", self._path("/metrics"), query=query)
+        return [SandboxMetrics.from_json(m) for m in answer.get("metrics", [])]
 
     def pause(self) -> SandboxInfo:
         """Freezes every process (memory, pids and open files are kept); its lifetime clock
