@@ -18,6 +18,8 @@ packages=(
   python3-numpy python3-pandas python3-matplotlib
   # the code-context benchmark's peer: a Jupyter kernel
   python3-jupyter-client python3-ipykernel
+  # JavaScript contexts run node from the host's /usr
+  nodejs
 )
 
 missing=()

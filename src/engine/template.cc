@@ -96,6 +96,9 @@ constexpr Dir kSkeletonDirs[] = {
 constexpr absl::string_view kKernel =
 #include "kernel_py.inc"
     ;
+constexpr absl::string_view kJavaScriptKernel =
+#include "kernel_js.inc"
+    ;
 
 constexpr absl::string_view kPasswd =
     "root:x:0:0:root:/root:/bin/bash\n"
@@ -187,6 +190,7 @@ absl::Status BuildSkeleton(const fs::path& root) {
   std::error_code ec;
   fs::create_symlink("../proc/self/mounts", etc / "mtab", ec);
   BRIG_RETURN_IF_ERROR(WriteSkeletonFile(root / "opt/brig/kernel.py", kKernel, 0644));
+  BRIG_RETURN_IF_ERROR(WriteSkeletonFile(root / "opt/brig/kernel.js", kJavaScriptKernel, 0644));
   BRIG_RETURN_IF_ERROR(CopySkelInto(root / "home/user", 1000));
   BRIG_RETURN_IF_ERROR(CopySkelInto(root / "root", 0));
   return absl::OkStatus();
@@ -196,7 +200,10 @@ absl::Status BuildSkeleton(const fs::path& root) {
 std::string Fingerprint() {
   std::string out(kTemplateVersion);
   absl::StrAppend(&out, " kernel-",
-                  std::hash<std::string_view>()(std::string_view(kKernel.data(), kKernel.size())));
+                  std::hash<std::string_view>()(std::string_view(kKernel.data(), kKernel.size())),
+                  "-",
+                  std::hash<std::string_view>()(
+                      std::string_view(kJavaScriptKernel.data(), kJavaScriptKernel.size())));
   for (const char* f : {"/etc/ld.so.cache", "/etc/alternatives", "/etc/ssl/certs"}) {
     struct stat st = {};
     if (::stat(f, &st) == 0) absl::StrAppend(&out, " ", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);

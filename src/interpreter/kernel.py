@@ -190,7 +190,7 @@ class Context:
         self.attach()
         self.namespace = {"__name__": "__main__", "__builtins__": __builtins__,
                           "display": self.display}
-        self.bash = Bash() if self.language == "bash" else None
+        self.bash = {"bash": Bash, "javascript": Node}.get(self.language, lambda: None)()
 
     def attach(self):
         """Takes over descriptors 0-3 as this context's: requests on 0, the protocol on a copy
@@ -276,6 +276,8 @@ class Context:
             else:
                 self.run(request.get("code", ""))
         except KeyboardInterrupt:
+            self.error_from(*sys.exc_info())
+        except Exception:  # the language's process failed: say so, keep serving
             self.error_from(*sys.exc_info())
         finally:
             for k, v in saved.items():
@@ -371,6 +373,54 @@ class Bash:
         if status != 0:
             context.emit({"type": "error", "name": "ExitCode", "value": str(status),
                           "traceback": []})
+
+
+class Node:
+    """A JavaScript context: one node process running kernel.js keeps the global scope between
+    executions. Its console output goes to the context's relayed descriptors; results, errors
+    and the end of each execution come back on a pipe of the kernel's own."""
+
+    def __init__(self):
+        self.start()
+
+    def start(self):
+        import subprocess
+        self.results_r, results_w = os.pipe()
+        self.proc = subprocess.Popen(
+            ["node", os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel.js")],
+            stdin=subprocess.PIPE, stdout=1, stderr=2, pass_fds=(results_w,),
+            env=dict(os.environ, BRIG_RESULTS_FD=str(results_w)))
+        os.close(results_w)
+        self.results = os.fdopen(self.results_r, "r")
+
+    def run(self, context, code):
+        self.proc.stdin.write((json.dumps({"code": code}) + "\n").encode())
+        self.proc.stdin.flush()
+        try:
+            self.forward(context)
+        except KeyboardInterrupt:
+            # node got the interrupt too: the cell stops and reports it, or node ends, and a
+            # fresh one takes its place (the context's JavaScript state is then gone).
+            try:
+                self.forward(context)
+            except RuntimeError:
+                self.proc.wait()
+                self.results.close()
+                self.start()
+                context.emit({"type": "stderr",
+                              "text": "[brig: the interrupt ended node; the JavaScript state "
+                                      "was reset]\n"})
+            raise
+
+    def forward(self, context):
+        while True:
+            line = self.results.readline()
+            if not line:
+                raise RuntimeError("node exited")
+            message = json.loads(line)
+            if message.get("type") == "done":
+                return
+            context.emit(message)
 
 
 class Stream(io.TextIOBase):

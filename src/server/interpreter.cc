@@ -26,9 +26,9 @@ constexpr char kZygoteTag[] = "brig:zygote:";
 constexpr std::chrono::seconds kInterruptGrace{5};
 
 absl::Status CheckLanguage(const std::string& language) {
-  if (language != "python" && language != "bash") {
+  if (language != "python" && language != "bash" && language != "javascript") {
     return absl::InvalidArgumentError(
-        absl::StrCat("language \"", language, "\" is not supported (python, bash)"));
+        absl::StrCat("language \"", language, "\" is not supported (python, javascript, bash)"));
   }
   return absl::OkStatus();
 }

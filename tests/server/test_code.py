@@ -178,6 +178,25 @@ Rich()'''
         _, out, _, error = self.run_code("echo still $X", context=ctx)
         self.assertEqual((out, error), ("still 5\n", None))
 
+    def test_javascript_context(self):
+        ctx = self.context(language="javascript")["id"]
+        _, out, results, error = self.run_code(
+            "let n = 20; console.log('hi', n); await new Promise(r => setTimeout(r, 10)); n * 2",
+            context=ctx)
+        self.assertEqual((out, error), ("hi 20\n", None))
+        self.assertEqual(results[0]["data"]["text/plain"], "40")
+        _, _, results, _ = self.run_code("const os = await import('node:os'); ({n, t: typeof os.cpus})",
+                                         context=ctx)
+        self.assertEqual(results[0]["data"]["application/json"], {"n": 20, "t": "function"})
+        _, _, _, error = self.run_code("throw new TypeError('bad')", context=ctx)
+        self.assertEqual((error["name"], error["value"]), ("TypeError", "bad"))
+        _, _, _, error = self.run_code("await Promise.reject(new RangeError('later'))", context=ctx)
+        self.assertEqual(error["name"], "RangeError")
+        self.assertEqual(self.run_code("n + 1", context=ctx)[2][0]["data"]["text/plain"], "21")
+        _, _, _, error = self.run_code("while (true) {}", context=ctx, timeout=1)
+        self.assertEqual(error["name"], "KeyboardInterrupt")
+        self.assertEqual(self.run_code("1 + 1", context=ctx)[2][0]["data"]["text/plain"], "2")
+
     def test_binary_output(self):
         _, out, results, _ = self.run_code("import sys\nsys.stdout.buffer.write(b'\\xff ok\\n')\nNone")
         self.assertEqual(out, "\ufffd ok\n")
