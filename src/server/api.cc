@@ -1048,7 +1048,13 @@ void Api::Handle(const HttpRequest& request, Responder& out) const {
     absl::Status status = deadline.status();
     if (status.ok()) {
       call.deadline = *deadline;
-      status = route.action(sandboxes_, call);
+      // Everything from a sandbox is untrusted: a field of an unexpected type in what an agent
+      // or kernel sent fails this request, never the daemon.
+      try {
+        status = route.action(sandboxes_, call);
+      } catch (const Json::exception& e) {
+        status = absl::InternalError(absl::StrCat("unexpected data from the sandbox: ", e.what()));
+      }
     }
     // A stream that already started carries its own error lines.
     if (!status.ok()) SendStatus(out, status);

@@ -302,9 +302,12 @@ absl::Status RunCode(const std::string& agent_socket, const CodeRequest& request
     while ((nl = pending.find('\n')) != std::string::npos) {
       Json message = Json::parse(pending.substr(0, nl), nullptr, /*allow_exceptions=*/false);
       pending.erase(0, nl + 1);
-      if (!message.is_object() || message.value("id", "") != execution) continue;
+      // Lines between executions (or from a misbehaving kernel) carry no id of ours.
+      if (!message.is_object() || !message.contains("id") || message["id"] != execution) {
+        continue;
+      }
       message.erase("id");
-      const bool end = message.value("type", "") == "end";
+      const bool end = message.contains("type") && message["type"] == "end";
       if (!reader_gone && !sink(message)) reader_gone = true;
       if (end) return absl::OkStatus();
       if (reader_gone && !interrupted) {
