@@ -19,7 +19,8 @@ using std::chrono::milliseconds;
 
 // Stopped and lost sandboxes stay listed this long.
 constexpr int64_t kKeepEndedMs = 24 * 3600 * 1000;
-constexpr milliseconds kAgentStartTimeout{10000};
+// Generous: a sandbox created with a tiny CPU quota (cpus 0.01) starts its agent slowly.
+constexpr milliseconds kAgentStartTimeout{30000};
 // Resource samples: how often, and how many are kept per sandbox (an hour's worth).
 constexpr int64_t kSampleEveryMs = 5000;
 constexpr size_t kKeepSamples = 720;
