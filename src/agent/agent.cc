@@ -25,6 +25,7 @@
 
 #include "absl/strings/numbers.h"
 #include "agent/files.h"
+#include "base/files.h"
 #include "base/unique_fd.h"
 #include "engine/command.h"
 #include "engine/restricted.h"
@@ -586,24 +587,14 @@ void Agent::ForkFromZygote(int fd, const Json& request) {
   p->zygote_control.reset(forks[0]);  // it can be forked in turn
   child_ends[3].reset(forks[1]);
   // The request and the four descriptors in one message.
-  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
-  iovec iov = {what.data(), what.size()};
-  msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(4 * sizeof(int));
-  int fds[4] = {child_ends[0].get(), child_ends[1].get(), child_ends[2].get(), child_ends[3].get()};
-  std::memcpy(CMSG_DATA(cm), fds, sizeof fds);
+  absl::Status sent = SendWithFds(
+      zygote->zygote_control.get(), what,
+      {child_ends[0].get(), child_ends[1].get(), child_ends[2].get(), child_ends[3].get()},
+      "fork request");
   char reply[256] = {};
   pollfd answer = {zygote->zygote_control.get(), POLLIN, 0};
   ssize_t got = -1;
-  if (::sendmsg(zygote->zygote_control.get(), &msg, MSG_NOSIGNAL) >= 0 &&
-      ::poll(&answer, 1, 10000) == 1) {
+  if (sent.ok() && ::poll(&answer, 1, 10000) == 1) {
     got = ::recv(zygote->zygote_control.get(), reply, sizeof reply - 1, MSG_DONTWAIT);
   }
   for (UniqueFd& end : child_ends) end.reset();

@@ -1,8 +1,11 @@
 #include "base/files.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstring>
 
 namespace brig {
 
@@ -75,6 +78,30 @@ absl::Status MakeDirs(const std::string& path, mode_t mode) {
     }
     if (pos == std::string::npos) return absl::OkStatus();
   }
+}
+
+absl::Status SendWithFds(int socket, absl::string_view bytes, std::initializer_list<int> fds,
+                         absl::string_view what) {
+  constexpr size_t kMaxFds = 8;
+  if (fds.size() > kMaxFds || bytes.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("send ", what, ": bad message"));
+  }
+  alignas(cmsghdr) char control[CMSG_SPACE(kMaxFds * sizeof(int))] = {};
+  iovec iov = {const_cast<char*>(bytes.data()), bytes.size()};
+  msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = CMSG_SPACE(fds.size() * sizeof(int));
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
+  std::memcpy(CMSG_DATA(c), fds.begin(), fds.size() * sizeof(int));
+  if (::sendmsg(socket, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size())) {
+    return ErrnoError("sendmsg", what);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace brig

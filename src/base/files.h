@@ -27,4 +27,9 @@ absl::StatusOr<UniqueFd> OpenFd(const std::string& path, int flags, mode_t mode 
 // mkdir -p with `mode` for the directories it creates.
 absl::Status MakeDirs(const std::string& path, mode_t mode);
 
+// Sends `bytes` (non-empty) on a unix socket with `fds` attached (SCM_RIGHTS, at most 8), in
+// one message; `what` names it in the error.
+absl::Status SendWithFds(int socket, absl::string_view bytes, std::initializer_list<int> fds,
+                         absl::string_view what);
+
 }  // namespace brig

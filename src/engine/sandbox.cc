@@ -82,22 +82,7 @@ absl::Status HandOverStdioPipes(const ProcessSpec& process, uint32_t host_base) 
 }
 
 absl::Status SendGo(int control_fd, const LayerMounts& layers) {
-  char byte = 'g';
-  iovec iov = {&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
-  msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(2 * sizeof(int));
-  int fds[2] = {layers.skeleton.get(), layers.usr.get()};
-  std::memcpy(CMSG_DATA(c), fds, sizeof fds);
-  if (::sendmsg(control_fd, &msg, MSG_NOSIGNAL) != 1) return ErrnoError("sendmsg", "go to PID 1");
-  return absl::OkStatus();
+  return SendWithFds(control_fd, "g", {layers.skeleton.get(), layers.usr.get()}, "go to PID 1");
 }
 
 absl::Status StepError(const ChildReport& report) {

@@ -521,6 +521,17 @@ absl::Status ListCommands(SandboxManager& m, Call& c) {
   return absl::OkStatus();
 }
 
+// The process a /commands/{pid} route is about: its sandbox's agent and its pid.
+struct ProcessTarget {
+  std::string agent_socket;
+  int pid;
+};
+absl::StatusOr<ProcessTarget> ProcessOf(SandboxManager& m, Call& c) {
+  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
+  BRIG_ASSIGN_OR_RETURN(int pid, ParsePid(c.params["pid"]));
+  return ProcessTarget{std::move(target.agent_socket), pid};
+}
+
 absl::Status CommandOutput(SandboxManager& m, Call& c) {
   uint64_t offset = 0;
   bool follow = true;
@@ -538,47 +549,52 @@ absl::Status CommandOutput(SandboxManager& m, Call& c) {
       return absl::InvalidArgumentError(absl::StrCat("unknown query parameter \"", key, "\""));
     }
   }
-  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
-  BRIG_ASSIGN_OR_RETURN(int pid, ParsePid(c.params["pid"]));
-  return AttachProcess(target.agent_socket, pid, offset, follow, ControlOf(c), SinkOf(c));
+  BRIG_ASSIGN_OR_RETURN(ProcessTarget process, ProcessOf(m, c));
+  const std::string& socket = process.agent_socket;
+  const int pid = process.pid;
+  return AttachProcess(socket, pid, offset, follow, ControlOf(c), SinkOf(c));
 }
 
 absl::Status CommandStdin(SandboxManager& m, Call& c) {
   BRIG_RETURN_IF_ERROR(NoQuery(c));
-  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
-  BRIG_ASSIGN_OR_RETURN(int pid, ParsePid(c.params["pid"]));
-  BRIG_RETURN_IF_ERROR(WriteStdin(target.agent_socket, pid, c.request.body));
+  BRIG_ASSIGN_OR_RETURN(ProcessTarget process, ProcessOf(m, c));
+  const std::string& socket = process.agent_socket;
+  const int pid = process.pid;
+  BRIG_RETURN_IF_ERROR(WriteStdin(socket, pid, c.request.body));
   c.out.Send(204, nullptr);
   return absl::OkStatus();
 }
 
 absl::Status CommandCloseStdin(SandboxManager& m, Call& c) {
   BRIG_RETURN_IF_ERROR(NoQuery(c));
-  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
-  BRIG_ASSIGN_OR_RETURN(int pid, ParsePid(c.params["pid"]));
-  BRIG_RETURN_IF_ERROR(CloseStdin(target.agent_socket, pid));
+  BRIG_ASSIGN_OR_RETURN(ProcessTarget process, ProcessOf(m, c));
+  const std::string& socket = process.agent_socket;
+  const int pid = process.pid;
+  BRIG_RETURN_IF_ERROR(CloseStdin(socket, pid));
   c.out.Send(204, nullptr);
   return absl::OkStatus();
 }
 
 absl::Status CommandSignal(SandboxManager& m, Call& c) {
   BRIG_RETURN_IF_ERROR(NoQuery(c));
-  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
-  BRIG_ASSIGN_OR_RETURN(int pid, ParsePid(c.params["pid"]));
+  BRIG_ASSIGN_OR_RETURN(ProcessTarget process, ProcessOf(m, c));
+  const std::string& socket = process.agent_socket;
+  const int pid = process.pid;
   BRIG_ASSIGN_OR_RETURN(Json body, ParseObject(c.request.body));
   BRIG_ASSIGN_OR_RETURN(int signal, ParseSignal(body));
-  BRIG_RETURN_IF_ERROR(SignalProcess(target.agent_socket, pid, signal));
+  BRIG_RETURN_IF_ERROR(SignalProcess(socket, pid, signal));
   c.out.Send(204, nullptr);
   return absl::OkStatus();
 }
 
 absl::Status CommandResize(SandboxManager& m, Call& c) {
   BRIG_RETURN_IF_ERROR(NoQuery(c));
-  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
-  BRIG_ASSIGN_OR_RETURN(int pid, ParsePid(c.params["pid"]));
+  BRIG_ASSIGN_OR_RETURN(ProcessTarget process, ProcessOf(m, c));
+  const std::string& socket = process.agent_socket;
+  const int pid = process.pid;
   BRIG_ASSIGN_OR_RETURN(Json body, ParseObject(c.request.body));
   BRIG_ASSIGN_OR_RETURN(auto size, ParseTerminalSize(body));
-  BRIG_RETURN_IF_ERROR(ResizeTerminal(target.agent_socket, pid, size.first, size.second));
+  BRIG_RETURN_IF_ERROR(ResizeTerminal(socket, pid, size.first, size.second));
   c.out.Send(204, nullptr);
   return absl::OkStatus();
 }
@@ -598,9 +614,10 @@ absl::Status CommandWebSocket(SandboxManager& m, Call& c) {
   if (!c.out.IsWebSocketUpgrade()) {
     return absl::InvalidArgumentError("this route is a WebSocket: send Upgrade: websocket");
   }
-  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
-  BRIG_ASSIGN_OR_RETURN(int pid, ParsePid(c.params["pid"]));
-  BRIG_ASSIGN_OR_RETURN(AgentSession session, AgentSession::Open(target.agent_socket));
+  BRIG_ASSIGN_OR_RETURN(ProcessTarget process, ProcessOf(m, c));
+  const std::string& socket = process.agent_socket;
+  const int pid = process.pid;
+  BRIG_ASSIGN_OR_RETURN(AgentSession session, AgentSession::Open(socket));
   BRIG_ASSIGN_OR_RETURN(uint32_t channel, session.ChannelOf(pid));
   BRIG_RETURN_IF_ERROR(session.Send(protocol::MessageType::kAttach, channel, {{"offset", offset}}));
   using protocol::MessageType;
@@ -660,9 +677,10 @@ absl::Status CommandWebSocket(SandboxManager& m, Call& c) {
 
 absl::Status CommandWait(SandboxManager& m, Call& c) {
   BRIG_RETURN_IF_ERROR(NoQuery(c));
-  BRIG_ASSIGN_OR_RETURN(SandboxManager::CommandTarget target, m.CommandTargetOf(c.params["id"]));
-  BRIG_ASSIGN_OR_RETURN(int pid, ParsePid(c.params["pid"]));
-  BRIG_ASSIGN_OR_RETURN(Json exit, WaitProcess(target.agent_socket, pid, c.deadline));
+  BRIG_ASSIGN_OR_RETURN(ProcessTarget process, ProcessOf(m, c));
+  const std::string& socket = process.agent_socket;
+  const int pid = process.pid;
+  BRIG_ASSIGN_OR_RETURN(Json exit, WaitProcess(socket, pid, c.deadline));
   c.out.Send(200, exit);
   return absl::OkStatus();
 }
